@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# demo/run.sh: pklimit on real input, as root on a fresh Debian 12 machine.
+#
+#   bash demo/run.sh
+#
+# Builds pklimit, starts a throwaway cluster (removed on exit), takes the sshd
+# sample log that Debian's fail2ban package ships (downloaded and unpacked,
+# never installed), and replays its failed logins through pklimit_allow from
+# two concurrent psql sessions standing in for two application replicas.  Then
+# a credential-stuffing burst on three accounts, and a correct password
+# (pklimit_forget).  It checks every answer and exits non-zero if pklimit let
+# through more or fewer attempts than the limit allows.
+
+source "$(dirname "$0")/../scripts/common.sh"
+
+install_packages
+build_and_install
+start_cluster
+
+q -c 'CREATE EXTENSION pg_cron' -c 'CREATE EXTENSION pklimit'
+echo "pklimit $(q -c "SELECT extversion FROM pg_extension WHERE extname = 'pklimit'") on PostgreSQL $(q -c 'SHOW server_version') (pklimit, pg_cron preloaded)"
+echo "pg_cron purge job: $(q -c "SELECT coalesce(string_agg(format('%s at ''%s'' runs %s', jobname, schedule, command), '; '), 'none') FROM cron.job")"
+
+# ---------------------------------------------------------------- input ----
+# apt-get download drops privileges to _apt, so give it a directory it can
+# write (otherwise apt warns and downloads unsandboxed).
+F2B=$WORKDIR/fail2ban
+mkdir -p "$F2B/pkg"
+if id _apt >/dev/null 2>&1; then chown _apt "$F2B"; fi
+if ! (cd "$F2B" && apt-get download -qq fail2ban 2>/dev/null); then
+	log "apt-get download fail2ban failed; refreshing the package lists once"
+	apt-get update -qq
+	(cd "$F2B" && apt-get download -qq fail2ban)
+fi
+deb=$(ls "$F2B"/fail2ban_*.deb)
+dpkg -x "$deb" "$F2B/pkg"
+SSHD_LOG=$(find "$F2B/pkg" -path '*/fail2ban/tests/files/logs/sshd' -type f | head -n 1)
+if [ -z "$SSHD_LOG" ]; then echo "no tests/files/logs/sshd in $deb" >&2; exit 1; fi
+echo "input: ${SSHD_LOG#"$F2B/pkg"} from $(basename "$deb") ($(wc -l <"$SSHD_LOG") lines)"
+
+# Failed logins: "Failed password for [invalid user] U from ADDR",
+# "Failed <method> for invalid user U from ADDR", "Failed keyboard-interactive
+# for U from ADDR" and "Invalid user U from ADDR", with an optional
+# " port N" and " sshN" after the address.  The file is fail2ban's test
+# fixture, so it holds injection attempts ("Failed password for invalid user
+# test from 10.10.1.2 port 55555 ssh2 from 127.0.0.1 port 58946 ssh2", an
+# auth-info part ": ruser from 1.2.3.4"): the source is the first "from ADDR
+# [port N] [sshN]" that ends the line or is followed by ": ".  The fixture
+# annotates most lines with the host fail2ban expects (# failJSON: ...
+# "host": ...); the parser is checked against it.  Output: one address a line.
+perl -e '
+	use strict; use warnings;
+	my ($lines, $n, $v6, $checked, $agree, $noaddr, $expect) = (0, 0, 0, 0, 0, 0);
+	my $ip = qr/\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]*:[0-9A-Fa-f:.]*:[0-9A-Fa-f.]*/;
+	while (my $l = <STDIN>) {
+		chomp $l; $lines++;
+		if ($l =~ /^#\s*failJSON:.*"host":\s*"([^"]*)"/) { $expect = $1; next; }
+		next if $l =~ /^\s*(#|$)/;
+		my $e = $expect; undef $expect;
+		next unless $l =~ /\bsshd\b/ and $l =~ /Failed password for |Failed \S+ for invalid user |Failed keyboard-interactive\S* for |: Invalid user /;
+		my ($src) = $l =~ / from ($ip)(?: port \d+)?(?: ssh\d*)?(?=$|: )/;
+		if (!defined $src) { $noaddr++; next; }
+		$n++; $v6++ if $src =~ /:/;
+		if (defined $e) {
+			$checked++;
+			if (lc $e eq lc $src) { $agree++ } else { print STDERR "parser says $src, fail2ban expects $e: $l\n" }
+		}
+		print "$src\n";
+	}
+	printf STDERR "parsed %d failed-login lines (%d IPv4, %d IPv6 sources; %d without an address skipped);"
+		. " source agrees with the fixture'\''s failJSON host on %d/%d\n",
+		$n, $n - $v6, $v6, $noaddr, $agree, $checked;
+' <"$SSHD_LOG" >"$WORKDIR/ssh.addr" 2>"$WORKDIR/ssh.parse"
+cat "$WORKDIR/ssh.parse"
+if ! [ -s "$WORKDIR/ssh.addr" ]; then echo "no failed logins found" >&2; exit 1; fi
+
+# ------------------------------------------------------------- replicas ----
+q <<'SQL'
+CREATE TABLE demo_attempt (replica text, phase text, key text, max_count int, allowed bool);
+CREATE TABLE demo_count (phase text, key text, count bigint);
+SQL
+
+# run_replicas PHASE MAX WINDOW FILE: two psql sessions, replicas A and B,
+# replay the SQL key expressions of FILE at the same time (A takes lines 1, 3,
+# 5 ..., B lines 2, 4, 6 ...; both wait for a common start instant), each
+# printing replica|phase|key|max|allowed per attempt.  The lines are loaded
+# into demo_attempt, and pklimit_count of every key into demo_count.
+run_replicas() {
+	local phase=$1 max=$2 win=$3 file=$4 start r rc=0
+	local -A pid
+	start=$(q -c "SELECT clock_timestamp() + interval '500 ms'")
+	for r in A B; do
+		awk -v r="$r" -v ph="$phase" -v max="$max" -v win="$win" -v start="$start" '
+			BEGIN { printf "SELECT pg_sleep_until(\047%s\047) \\g /dev/null\n", start }
+			NR % 2 == (r == "A") {
+				printf "SELECT \047%s\047, \047%s\047, k, %d, pklimit_allow(k, %d, \047%s\047) FROM (VALUES (%s)) v(k);\n",
+					r, ph, max, max, win, $0
+			}' "$file" >"$WORKDIR/$phase.$r.sql"
+		q <"$WORKDIR/$phase.$r.sql" >"$WORKDIR/$phase.$r.out" &
+		pid[$r]=$!
+	done
+	for r in A B; do wait "${pid[$r]}" || rc=$?; done
+	if [ "$rc" -ne 0 ]; then echo "a replica failed (exit $rc)" >&2; exit 1; fi
+	cat "$WORKDIR/$phase.A.out" "$WORKDIR/$phase.B.out" |
+		q -c "\\copy demo_attempt FROM pstdin (FORMAT csv, DELIMITER '|')"
+	q -c "INSERT INTO demo_count SELECT '$phase', key, pklimit_count(key)
+		FROM (SELECT DISTINCT key FROM demo_attempt WHERE phase = '$phase') k"
+}
+
+# summary PHASE: one row per key, attempts and allowed split by replica.
+summary() {
+	q -P format=aligned -P tuples_only=off -P footer=off -c "
+		SELECT a.key,
+			format('%s (%s+%s)', count(*), count(*) FILTER (WHERE replica = 'A'),
+				count(*) FILTER (WHERE replica = 'B')) AS \"attempts (A+B)\",
+			format('%s (%s+%s)', count(*) FILTER (WHERE allowed),
+				count(*) FILTER (WHERE allowed AND replica = 'A'),
+				count(*) FILTER (WHERE allowed AND replica = 'B')) AS \"allowed (A+B)\",
+			count(*) FILTER (WHERE NOT allowed) AS refused,
+			min(c.count) AS pklimit_count,
+			CASE WHEN count(*) FILTER (WHERE allowed) = least(count(*), min(max_count))
+				AND min(c.count) = count(*) THEN 'ok' ELSE 'WRONG' END AS \"check\"
+		FROM demo_attempt a JOIN demo_count c USING (phase, key)
+		WHERE phase = '$1'
+		GROUP BY a.key ORDER BY count(*) DESC, a.key"
+}
+
+# Windows are aligned to the epoch (10 minutes: :00, :10 ...; 15 minutes:
+# :00, :15, :30, :45 UTC).  The whole demo takes a few seconds; if a boundary
+# of either window is less than 30 s away, let it pass first so that every
+# phase stays in one window.
+left=$(q -c "SELECT ceil(least(600 - e % 600, 900 - e % 900))::int
+	FROM (SELECT extract(epoch FROM clock_timestamp()) AS e) t")
+if [ "$left" -lt 30 ]; then
+	echo "the next window boundary is ${left}s away: waiting for it to pass so the replay stays in one window"
+	sleep $((left + 1))
+fi
+q -c "SET TimeZone = 'UTC'; SELECT format('windows (UTC): 10 min %s-%s, 15 min %s-%s; next boundary in %s s',
+	to_char(date_bin('10 min', t, 'epoch'), 'HH24:MI'), to_char(date_bin('10 min', t, 'epoch') + '10 min', 'HH24:MI'),
+	to_char(date_bin('15 min', t, 'epoch'), 'HH24:MI'), to_char(date_bin('15 min', t, 'epoch') + '15 min', 'HH24:MI'),
+	ceil(least(600 - e % 600, 900 - e % 900)))
+	FROM (SELECT clock_timestamp() AS t, extract(epoch FROM clock_timestamp()) AS e) s"
+
+# 1. The sshd failures, keyed by source address (normalised by inet, so two
+#    spellings of one IPv6 address share a count): lockout 3 per 10 minutes.
+sed "s/.*/'ssh:' || host('&'::inet)/" "$WORKDIR/ssh.addr" >"$WORKDIR/ssh.keys"
+run_replicas ssh 3 '10 minutes' "$WORKDIR/ssh.keys"
+echo
+echo "1. sshd failed logins replayed by replicas A and B at once: pklimit_allow('ssh:<addr>', 3, '10 minutes')"
+summary ssh
+
+# 2. Credential stuffing on three accounts from both replicas: 5 per 15 min.
+#    Each line is written twice, so A and B get the same attempts.
+for i in $(seq 1 10); do
+	for acct in alice:10 bob:8 carol:2; do
+		if [ "$i" -le "${acct#*:}" ]; then printf "'login:%s'\n'login:%s'\n" "${acct%:*}" "${acct%:*}"; fi
+	done
+done >"$WORKDIR/login.keys"
+run_replicas login 5 '15 minutes' "$WORKDIR/login.keys"
+echo
+echo "2. credential stuffing from both replicas at once: pklimit_allow('login:<user>', 5, '15 minutes')"
+summary login
+
+# 3. alice types her password correctly: forget her count.  Her next attempt
+#    (replica A) is allowed again; bob's (replica B, at the same time) is not.
+forgot=$(q -c "SELECT pklimit_forget('login:alice')")
+printf "'login:alice'\n'login:bob'\n" >"$WORKDIR/after.keys"
+run_replicas after 5 '15 minutes' "$WORKDIR/after.keys"
+echo
+echo "3. correct password for alice: pklimit_forget('login:alice') = $forgot, then one more attempt each"
+q -c "SELECT format('   %-12s replica %s: allowed = %s, pklimit_count = %s', a.key, replica, allowed, c.count)
+	FROM demo_attempt a JOIN demo_count c USING (phase, key) WHERE phase = 'after' ORDER BY a.key"
+
+# ---------------------------------------------------------------- check ----
+# For every key of phases 1 and 2: allowed = min(attempts, limit) and
+# pklimit_count = attempts.  Phase 3: forget said true, alice allowed with a
+# count of 1, bob refused with a count of his attempts + 1.
+read -r nkeys nattempts bad <<<"$(q -F ' ' -c "
+	SELECT count(*), sum(attempts), count(*) FILTER (WHERE allowed <> least(attempts, max_count) OR cnt <> attempts)
+	FROM (SELECT a.phase, a.key, count(*) AS attempts, count(*) FILTER (WHERE a.allowed) AS allowed,
+			min(a.max_count) AS max_count, min(c.count) AS cnt
+		FROM demo_attempt a JOIN demo_count c USING (phase, key)
+		WHERE a.phase IN ('ssh', 'login') GROUP BY a.phase, a.key) k")"
+after_ok=$(q -c "
+	SELECT count(*) = 2
+	FROM demo_attempt a JOIN demo_count c USING (phase, key)
+	WHERE phase = 'after' AND (
+		(key = 'login:alice' AND allowed AND c.count = 1) OR
+		(key = 'login:bob' AND NOT allowed AND c.count =
+			(SELECT count(*) + 1 FROM demo_attempt WHERE phase = 'login' AND key = 'login:bob')))")
+echo
+if [ "$bad" -eq 0 ] && [ "$after_ok" = t ] && [ "$forgot" = t ]; then
+	echo "OK: for all $nkeys keys ($nattempts attempts from 2 concurrent replicas) allowed = min(attempts, limit) and pklimit_count = attempts; forget re-opened alice only"
+else
+	echo "FAILED: $bad of $nkeys keys broke allowed = min(attempts, limit) or pklimit_count = attempts; forget returned $forgot; alice allowed / bob refused after forget: $after_ok"
+	exit 1
+fi

@@ -1,0 +1,112 @@
+/* pklimit--0.1.0.sql: install script for pklimit 0.1.0 */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION pklimit" to load this file. \quit
+
+-- Every object is created with @extschema@ in its name and never with
+-- CREATE OR REPLACE: an object of the same name planted beforehand makes
+-- CREATE EXTENSION fail instead of being adopted.
+
+CREATE FUNCTION @extschema@.platformkit_is_system()
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'platformkit_is_system'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.platformkit_is_system() IS
+'Row level security predicate of platformkit_limits: true only while pklimit''s own code works on the table.';
+
+CREATE TABLE @extschema@.platformkit_limits (
+	key pg_catalog.text COLLATE "C" PRIMARY KEY,
+	window_start pg_catalog.timestamptz NOT NULL,
+	window_end pg_catalog.timestamptz NOT NULL,
+	count pg_catalog.int8 NOT NULL,
+	updated_at pg_catalog.timestamptz NOT NULL,
+	CONSTRAINT platformkit_limits_window_check
+		CHECK (window_end OPERATOR(pg_catalog.>) window_start),
+	CONSTRAINT platformkit_limits_count_check
+		CHECK (count OPERATOR(pg_catalog.>=) 0)
+);
+
+-- The purge deletes by window end.
+CREATE INDEX platformkit_limits_window_end_idx
+	ON @extschema@.platformkit_limits (window_end);
+
+COMMENT ON TABLE @extschema@.platformkit_limits IS
+'pklimit counters: one row per stored key (tenant and key, see the README), written only by pklimit''s functions. platformkit:tenant-scoping-exempt because the key carries its tenant, so one row never belongs to two tenants and pklimit_purge works across all of them.';
+COMMENT ON COLUMN @extschema@.platformkit_limits.key IS
+'Stored key: g:<key> (no tenant), t<tenant bytes>:<tenant>:<key>, or h:<hex SHA-256> of either when longer than 256 bytes.';
+COMMENT ON COLUMN @extschema@.platformkit_limits.window_start IS
+'Start of the fixed window the count belongs to, aligned to the Unix epoch.';
+COMMENT ON COLUMN @extschema@.platformkit_limits.window_end IS
+'End of that window: the count is 0 from this moment, and pklimit_purge measures retention from it.';
+COMMENT ON COLUMN @extschema@.platformkit_limits.count IS
+'Events recorded in the window, refused ones included; saturates at the largest bigint.';
+COMMENT ON COLUMN @extschema@.platformkit_limits.updated_at IS
+'Server clock when the last event was recorded.';
+
+ALTER TABLE @extschema@.platformkit_limits ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @extschema@.platformkit_limits FORCE ROW LEVEL SECURITY;
+
+CREATE POLICY platformkit_system ON @extschema@.platformkit_limits
+	USING (@extschema@.platformkit_is_system())
+	WITH CHECK (@extschema@.platformkit_is_system());
+
+REVOKE ALL ON @extschema@.platformkit_limits FROM PUBLIC;
+
+-- Rows are dumped by pg_dump, so counts survive dump and restore.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.platformkit_limits', '');
+
+CREATE FUNCTION @extschema@.pklimit_allow(key pg_catalog.text)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'pklimit_allow_default'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_allow(pg_catalog.text) IS
+'Records one event for key under pklimit.default_max and pklimit.default_window; true if the key is still within the limit.';
+
+CREATE FUNCTION @extschema@.pklimit_allow(key pg_catalog.text,
+	max_count pg_catalog.int8, "window" pg_catalog.interval)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'pklimit_allow'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_allow(pg_catalog.text, pg_catalog.int8, pg_catalog.interval) IS
+'Records one event for key; true if the count in the current fixed window, this event included, is at most max_count.';
+
+CREATE FUNCTION @extschema@.pklimit_check(key pg_catalog.text,
+	max_count pg_catalog.int8, "window" pg_catalog.interval,
+	OUT allowed pg_catalog.bool, OUT count pg_catalog.int8,
+	OUT remaining pg_catalog.int8, OUT reset_at pg_catalog.timestamptz,
+	OUT retry_after pg_catalog.interval, OUT status pg_catalog.text)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pklimit_check'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_check(pg_catalog.text, pg_catalog.int8, pg_catalog.interval) IS
+'Records one event for key like pklimit_allow and returns allowed, count, remaining, reset_at, retry_after and status for RateLimit and Retry-After headers.';
+
+CREATE FUNCTION @extschema@.pklimit_count(key pg_catalog.text)
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'pklimit_count'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_count(pg_catalog.text) IS
+'Events recorded for key in its current window (0 if none or if the window has closed); records nothing.';
+
+CREATE FUNCTION @extschema@.pklimit_forget(key pg_catalog.text)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'pklimit_forget'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_forget(pg_catalog.text) IS
+'Deletes the count of key (for example after a correct password); true if there was one.';
+
+CREATE FUNCTION @extschema@.pklimit_purge(retention pg_catalog.interval DEFAULT '1 day')
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'pklimit_purge'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_purge(pg_catalog.interval) IS
+'Deletes every row, for all tenants, whose window closed more than retention (default 1 day) ago; returns the number of rows deleted.';
+
+REVOKE ALL ON FUNCTION @extschema@.pklimit_purge(pg_catalog.interval) FROM PUBLIC;

@@ -1,0 +1,77 @@
+# scripts/common.sh: shared set-up for the demo, the tests and CI.
+#
+# Sourced, not run.  As root on Debian 12 it installs what is missing, builds
+# and installs pklimit, and starts a throwaway PostgreSQL cluster (pklimit and
+# pg_cron preloaded) owned by the unprivileged "postgres" user, because
+# PostgreSQL refuses to run as root.  The cluster is removed on exit.
+
+set -euo pipefail
+
+PG_MAJOR=${PG_MAJOR:-15}
+PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+PKLIMIT_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PKLIMIT_PORT=${PKLIMIT_PORT:-55432}
+PKLIMIT_DB=${PKLIMIT_DB:-pklimit}
+RUN_AS=postgres
+
+log() { printf '== %s\n' "$*" >&2; }
+
+install_packages() {
+	local pkgs=(postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR
+		postgresql-$PG_MAJOR-cron libipc-run-perl make gcc rsync "$@")
+	local missing=()
+	for p in "${pkgs[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "installing ${missing[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	fi
+}
+
+# Build as the unprivileged user in a scratch copy, install as root.
+build_and_install() {
+	WORKDIR=$(mktemp -d /tmp/pklimit.XXXXXX)
+	chmod 755 "$WORKDIR"
+	BUILD_DIR=$WORKDIR/build
+	rsync -a --exclude .git --exclude '*.o' --exclude '*.so' --exclude '*.bc' \
+		--exclude results --exclude tmp_check --exclude 'regression.*' \
+		"$PKLIMIT_SRC"/ "$BUILD_DIR"/
+	chown -R $RUN_AS "$WORKDIR"
+	log "building pklimit"
+	as_user make -C "$BUILD_DIR" PG_CONFIG=$PG_BIN/pg_config >/dev/null
+	make -C "$BUILD_DIR" PG_CONFIG=$PG_BIN/pg_config install >/dev/null
+}
+
+as_user() { runuser -u $RUN_AS -- env PATH="$PG_BIN:$PATH" "$@"; }
+
+# Start a cluster in $WORKDIR/data listening only on a socket in $WORKDIR.
+start_cluster() {
+	local data=$WORKDIR/data
+	log "starting a throwaway cluster on port $PKLIMIT_PORT"
+	as_user initdb -D "$data" -A trust -U postgres --no-sync >/dev/null
+	cat >>"$data/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$WORKDIR'
+port = $PKLIMIT_PORT
+shared_preload_libraries = 'pklimit,pg_cron'
+cron.database_name = '$PKLIMIT_DB'
+max_connections = 100
+fsync = on
+synchronous_commit = on
+CONF
+	as_user pg_ctl -D "$data" -l "$WORKDIR/server.log" -w start >/dev/null
+	trap stop_cluster EXIT
+	export PGHOST=$WORKDIR PGPORT=$PKLIMIT_PORT PGUSER=postgres
+	as_user createdb "$PKLIMIT_DB"
+}
+
+stop_cluster() {
+	as_user pg_ctl -D "$WORKDIR/data" -m immediate stop >/dev/null 2>&1 || true
+	if [ -z "${PKLIMIT_KEEP:-}" ]; then rm -rf "$WORKDIR"; fi
+}
+
+# psql against the throwaway cluster.
+q() { as_user env PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres psql -X -v ON_ERROR_STOP=1 -qAt -d "$PKLIMIT_DB" "$@"; }

@@ -1,0 +1,125 @@
+-- pklimit_basic: the recording calls, counts, windows and settings.
+-- Counting tests use a 36500-day window so no window closes mid-test.
+
+-- allow: true while the count, this event included, is within max_count;
+-- refused events are counted too.
+SELECT i, pklimit_allow('basic', 2, '36500 days') FROM generate_series(1, 4) i;
+SELECT pklimit_count('basic');
+
+-- an integer max_count is accepted as well as a bigint
+SELECT pklimit_allow('int-max', 1::integer, '36500 days');
+
+-- max_count = 0 refuses every call, and still counts it
+SELECT pklimit_allow('zero', 0, '36500 days'), pklimit_allow('zero', 0, '36500 days');
+SELECT pklimit_count('zero');
+
+-- count and forget never create rows
+SELECT pklimit_count('never-seen'), pklimit_forget('never-seen');
+SELECT count(*) FROM platformkit_limits WHERE key = 'g:never-seen';
+
+-- forget deletes the count; the key starts again
+SELECT pklimit_forget('basic'), pklimit_forget('basic'), pklimit_count('basic');
+SELECT pklimit_allow('basic', 2, '36500 days');
+
+-- check: the same recording call, with header values
+SELECT allowed, count, remaining, retry_after, status FROM pklimit_check('chk', 3, '36500 days');
+SELECT allowed, count, remaining, retry_after, status FROM pklimit_check('chk', 3, '36500 days');
+SELECT allowed, count, remaining, retry_after, status FROM pklimit_check('chk', 3, '36500 days');
+SELECT allowed, count, remaining, retry_after > interval '0' AS must_wait, status
+  FROM pklimit_check('chk', 3, '36500 days');
+SELECT pklimit_count('chk');
+-- retry_after is exact to the microsecond: the event's time plus
+-- retry_after is reset_at, which is the row's window end
+CREATE TEMP TABLE chk AS SELECT * FROM pklimit_check('chk', 3, '36500 days');
+SELECT c.allowed, c.reset_at = l.window_end AS reset_is_window_end,
+       l.updated_at + c.retry_after = c.reset_at AS retry_after_exact
+  FROM chk c, platformkit_limits l
+ WHERE l.key = 'g:chk';
+
+-- the one-argument call uses pklimit.default_max and pklimit.default_window
+SHOW pklimit.default_max;
+SHOW pklimit.default_window;
+SET pklimit.default_max = 2;
+SET pklimit.default_window = '3650d';
+SHOW pklimit.default_window;
+SELECT pklimit_allow('dflt'), pklimit_allow('dflt'), pklimit_allow('dflt');
+SELECT window_end - window_start AS window FROM platformkit_limits WHERE key = 'g:dflt';
+RESET pklimit.default_max;
+RESET pklimit.default_window;
+SELECT pklimit_allow('dflt15');
+SELECT window_end - window_start AS window FROM platformkit_limits WHERE key = 'g:dflt15';
+
+-- windows are aligned to the Unix epoch in UTC, whatever TimeZone says
+SET TimeZone = 'Asia/Kathmandu';
+SELECT pklimit_allow('align-15m', 10, '15 minutes'),
+       pklimit_allow('align-1d', 10, '1 day'),
+       pklimit_allow('align-7s', 10, '7 seconds');
+SELECT key,
+       extract(epoch FROM window_start)::numeric
+         % extract(epoch FROM window_end - window_start)::numeric AS offset_from_epoch,
+       window_end - window_start AS window,
+       updated_at >= window_start AND updated_at < window_end AS event_inside
+  FROM platformkit_limits WHERE key LIKE 'g:align-%' ORDER BY key;
+SELECT (window_start AT TIME ZONE 'UTC')::time AS day_starts_at_utc
+  FROM platformkit_limits WHERE key = 'g:align-1d';
+RESET TimeZone;
+
+-- a window given in days is 24 hours long, with no daylight-saving shift
+SELECT pklimit_allow('days', 1, '2 days');
+SELECT window_end - window_start = interval '48 hours' AS exactly_48h
+  FROM platformkit_limits WHERE key = 'g:days';
+
+-- the same key under another window length starts a new count
+SELECT pklimit_allow('rewindow', 5, '36500 days'), pklimit_allow('rewindow', 5, '36500 days');
+SELECT pklimit_allow('rewindow', 5, '36499 days');
+SELECT pklimit_count('rewindow');
+
+-- the clock is the server's at the moment of the event, not now(): within
+-- one transaction, a 1-second window closes and the next call starts anew
+BEGIN;
+SELECT pklimit_allow('clock', 1, '1 second');
+SELECT updated_at > now() AS after_transaction_start FROM platformkit_limits WHERE key = 'g:clock';
+SELECT pg_sleep(1.1);
+SELECT pklimit_count('clock') AS closed_window_counts_zero;
+SELECT pklimit_allow('clock', 1, '1 second') AS new_window_allows;
+SELECT pklimit_count('clock');
+COMMIT;
+
+-- the count saturates at the largest bigint instead of overflowing, and
+-- the key stays refused
+SELECT pklimit_allow('sat', 5, '36500 days');
+UPDATE platformkit_limits SET count = 9223372036854775806 WHERE key = 'g:sat';
+SELECT allowed, count, remaining FROM pklimit_check('sat', 5, '36500 days');
+SELECT allowed, count, remaining FROM pklimit_check('sat', 5, '36500 days');
+SELECT allowed, count FROM pklimit_check('sat', 9223372036854775807, '36500 days');
+
+-- long keys are stored as a SHA-256 digest; different long keys never share
+-- a count; a key at the limit stays readable
+SELECT pklimit_allow(repeat('x', 300) || 'a', 1, '36500 days'),
+       pklimit_allow(repeat('x', 300) || 'b', 1, '36500 days'),
+       pklimit_allow(repeat('x', 300) || 'a', 1, '36500 days');
+SELECT pklimit_count(repeat('x', 300) || 'a'), pklimit_count(repeat('x', 300) || 'b');
+SELECT key FROM platformkit_limits
+ WHERE key = 'h:' || encode(sha256(convert_to('g:' || repeat('x', 300) || 'a', 'UTF8')), 'hex');
+SELECT pklimit_allow(repeat('y', 254), 1, '36500 days');
+SELECT length(key) FROM platformkit_limits WHERE key = 'g:' || repeat('y', 254);
+SELECT pklimit_allow(repeat('y', 255), 1, '36500 days');
+SELECT count(*) FROM platformkit_limits WHERE key LIKE 'g:yyy%';
+-- a 1 MB key
+SELECT pklimit_allow(repeat('m', 1024 * 1024), 1, '36500 days'),
+       pklimit_allow(repeat('m', 1024 * 1024), 1, '36500 days');
+SELECT pklimit_forget(repeat('m', 1024 * 1024));
+
+-- purge deletes rows whose window closed more than retention ago, and
+-- nothing else; it returns how many it deleted
+TRUNCATE platformkit_limits;
+INSERT INTO platformkit_limits (key, window_start, window_end, count, updated_at) VALUES
+  ('g:closed-2d', clock_timestamp() - interval '2 days 1 hour', clock_timestamp() - interval '2 days', 1, clock_timestamp() - interval '2 days'),
+  ('g:closed-2h', clock_timestamp() - interval '3 hours', clock_timestamp() - interval '2 hours', 1, clock_timestamp() - interval '2 hours'),
+  ('g:long-open', clock_timestamp() - interval '30 days', clock_timestamp() + interval '1 day', 1, clock_timestamp());
+SELECT pklimit_purge();
+SELECT key FROM platformkit_limits ORDER BY key;
+SELECT pklimit_purge('1 hour');
+SELECT key FROM platformkit_limits ORDER BY key;
+SELECT pklimit_purge('0');
+SELECT key FROM platformkit_limits ORDER BY key;

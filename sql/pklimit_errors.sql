@@ -1,0 +1,71 @@
+-- pklimit_errors: every bad input is an ERROR with its SQLSTATE, raised
+-- before anything is recorded.
+
+TRUNCATE platformkit_limits;
+
+CREATE FUNCTION pg_temp.sqlstate_of(q text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+  EXECUTE q;
+  RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+  RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+
+SELECT q, pg_temp.sqlstate_of(q) FROM (VALUES
+  ($$SELECT pklimit_allow(NULL)$$),
+  ($$SELECT pklimit_allow(NULL, 1, '1 hour')$$),
+  ($$SELECT pklimit_allow('k', NULL, '1 hour')$$),
+  ($$SELECT pklimit_allow('k', 1, NULL)$$),
+  ($$SELECT pklimit_check(NULL, 1, '1 hour')$$),
+  ($$SELECT pklimit_check('k', NULL, '1 hour')$$),
+  ($$SELECT pklimit_check('k', 1, NULL)$$),
+  ($$SELECT pklimit_count(NULL)$$),
+  ($$SELECT pklimit_forget(NULL)$$),
+  ($$SELECT pklimit_purge(NULL)$$),
+  ($$SELECT pklimit_allow('')$$),
+  ($$SELECT pklimit_allow('', 1, '1 hour')$$),
+  ($$SELECT pklimit_check('', 1, '1 hour')$$),
+  ($$SELECT pklimit_count('')$$),
+  ($$SELECT pklimit_forget('')$$),
+  ($$SELECT pklimit_allow('k', -1, '1 hour')$$),
+  ($$SELECT pklimit_check('k', -9223372036854775808, '1 hour')$$),
+  ($$SELECT pklimit_allow('k', 1, '0')$$),
+  ($$SELECT pklimit_allow('k', 1, '-1 second')$$),
+  ($$SELECT pklimit_allow('k', 1, '1 day -24 hours')$$),
+  ($$SELECT pklimit_allow('k', 1, '1 month')$$),
+  ($$SELECT pklimit_allow('k', 1, '1 year')$$),
+  ($$SELECT pklimit_allow('k', 1, '1 mon -30 days')$$),
+  ($$SELECT pklimit_check('k', 1, '1 month')$$),
+  ($$SELECT pklimit_allow('k', 1, '3650001 days')$$),
+  ($$SELECT pklimit_allow('k', 1, '2147483647 days 2562047788 hours')$$),
+  ($$SELECT pklimit_purge('-1 second')$$),
+  ($$SELECT pklimit_purge('-1 month')$$)
+) AS t(q);
+
+-- nothing was recorded by any of them
+SELECT count(*) FROM platformkit_limits;
+
+-- messages, details and hints as a user sees them
+SELECT pklimit_allow(NULL, 1, '1 hour');
+SELECT pklimit_allow('', 1, '1 hour');
+SELECT pklimit_allow('k', -5, '1 hour');
+SELECT pklimit_allow('k', 1, '0');
+SELECT pklimit_allow('k', 1, '1 month');
+SELECT pklimit_allow('k', 1, '3650001 days');
+SELECT pklimit_purge('-1 day');
+
+-- invalid settings are rejected with their SQLSTATE
+SELECT s, pg_temp.sqlstate_of(s) FROM (VALUES
+  ($$SET pklimit.default_window = '-1'$$),
+  ($$SET pklimit.default_window = '0'$$),
+  ($$SET pklimit.default_window = 'soon'$$),
+  ($$SET pklimit.default_window = '1 fortnight'$$),
+  ($$SET pklimit.default_max = 'many'$$),
+  ($$SET pklimit.default_max = -1$$),
+  ($$SET pklimit.default_max = 2147483648$$),
+  ($$SET pklimit.no_such_setting = 1$$)
+) AS t(s);
+SHOW pklimit.default_max;
+SHOW pklimit.default_window;
+SELECT count(*) FROM platformkit_limits;

@@ -1,0 +1,65 @@
+-- pklimit_tenants: the tenant in platformkit.tenant is part of the stored
+-- key, and the encoding never lets two (tenant, key) pairs meet.
+
+TRUNCATE platformkit_limits;
+
+-- unset and empty tenant are both the global namespace
+SELECT pklimit_allow('shared', 10, '36500 days');
+SET platformkit.tenant = '';
+SELECT pklimit_allow('shared', 10, '36500 days');
+SELECT pklimit_count('shared');
+
+-- a tenant has its own count for the same key
+SET platformkit.tenant = 'acme';
+SELECT pklimit_count('shared');
+SELECT pklimit_allow('shared', 10, '36500 days');
+SELECT pklimit_count('shared');
+RESET platformkit.tenant;
+SELECT pklimit_count('shared');
+
+-- tenant 'a' + key 'b:c' never meets tenant 'a:b' + key 'c'
+SET platformkit.tenant = 'a';
+SELECT pklimit_allow('b:c', 1, '36500 days');
+SET platformkit.tenant = 'a:b';
+SELECT pklimit_allow('c', 1, '36500 days');
+-- tenant '1' + key '21' never meets tenant '12' + key '1'
+SET platformkit.tenant = '1';
+SELECT pklimit_allow('21', 1, '36500 days');
+SET platformkit.tenant = '12';
+SELECT pklimit_allow('1', 1, '36500 days');
+-- a tenant never meets the global key that spells its encoding
+RESET platformkit.tenant;
+SELECT pklimit_allow('t1:a:b:c', 1, '36500 days');
+-- multibyte tenants count bytes
+SET platformkit.tenant = 'zürich';
+SELECT pklimit_allow('k', 1, '36500 days');
+RESET platformkit.tenant;
+
+-- the stored keys stay readable for a DBA
+SELECT key, count FROM platformkit_limits ORDER BY key COLLATE "C";
+
+-- SET LOCAL scopes the tenant to one transaction, as an application would
+BEGIN;
+SET LOCAL platformkit.tenant = 'acme';
+SELECT pklimit_allow('shared', 10, '36500 days');
+COMMIT;
+SHOW platformkit.tenant;
+SET platformkit.tenant = 'acme';
+SELECT pklimit_count('shared');
+
+-- forget works inside the caller's tenant only
+RESET platformkit.tenant;
+SELECT pklimit_forget('shared');
+SET platformkit.tenant = 'acme';
+SELECT pklimit_count('shared');
+RESET platformkit.tenant;
+SELECT pklimit_count('shared');
+
+-- long keys are digested with their tenant, so tenants stay apart
+SET platformkit.tenant = 'acme';
+SELECT pklimit_allow(repeat('L', 400), 1, '36500 days');
+SET platformkit.tenant = 'umbrella';
+SELECT pklimit_allow(repeat('L', 400), 1, '36500 days');
+RESET platformkit.tenant;
+SELECT pklimit_allow(repeat('L', 400), 1, '36500 days');
+SELECT count(*) FROM platformkit_limits WHERE key LIKE 'h:%';

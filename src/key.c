@@ -1,0 +1,80 @@
+/*-------------------------------------------------------------------------
+ *
+ * key.c
+ *		The stored key: the caller's key with its tenant in front, encoded so
+ *		that no two (tenant, key) pairs meet, and long ones digested.
+ *
+ * Encoding (documented in the README):
+ *		no tenant			g:<key>
+ *		tenant T			t<bytes of T>:<T>:<key>
+ *		longer than PKLIMIT_MAX_READABLE_KEY bytes
+ *							h:<hex SHA-256 of the readable form>
+ *
+ * The first character tells the three forms apart, and the tenant's byte
+ * length says where the tenant ends, so separators inside a tenant or a key
+ * cannot move the boundary.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/cryptohash.h"
+#include "common/sha2.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+
+#include "pklimit.h"
+
+/* Replace a long readable key by "h:" and the hex digest of it. */
+static char *
+digest_key(const char *readable, int len)
+{
+	pg_cryptohash_ctx *ctx;
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	char	   *out;
+
+	ctx = pg_cryptohash_create(PG_SHA256);
+	if (pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) readable, len) < 0 ||
+		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+	{
+		pg_cryptohash_free(ctx);
+		elog(ERROR, "could not compute SHA-256 digest of a key");
+	}
+	pg_cryptohash_free(ctx);
+
+	out = palloc(2 + 2 * PG_SHA256_DIGEST_LENGTH + 1);
+	out[0] = 'h';
+	out[1] = ':';
+	hex_encode((const char *) digest, sizeof(digest), out + 2);
+	out[2 + 2 * PG_SHA256_DIGEST_LENGTH] = '\0';
+	return out;
+}
+
+/*
+ * The stored key for the caller's key under the current platformkit.tenant.
+ * The caller has already rejected NULL and empty keys.
+ */
+char *
+pklimit_stored_key(text *key)
+{
+	const char *tenant = GetConfigOption("platformkit.tenant", true, false);
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	if (tenant == NULL || tenant[0] == '\0')
+		appendStringInfoString(&buf, "g:");
+	else
+		appendStringInfo(&buf, "t%zu:%s:", strlen(tenant), tenant);
+	appendBinaryStringInfo(&buf, VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
+
+	if (buf.len > PKLIMIT_MAX_READABLE_KEY)
+	{
+		char	   *digested = digest_key(buf.data, buf.len);
+
+		pfree(buf.data);
+		return digested;
+	}
+	return buf.data;
+}
