@@ -1,16 +1,16 @@
 # pklimit: PGXS build, install and tests
 
 MODULE_big = pklimit
-OBJS = src/pklimit.o src/key.o src/store.o
+OBJS = src/pklimit.o src/key.o src/store.o src/queue.o src/worker.o
 
 EXTENSION = pklimit
 DATA = pklimit--0.1.0.sql
 PGFILEDESC = "pklimit - shared, exact, durable rate limits"
 
-REGRESS = pklimit_basic pklimit_errors pklimit_tenants pklimit_security
+REGRESS = pklimit_basic pklimit_errors pklimit_tenants pklimit_security pklimit_unavailable
 REGRESS_OPTS = --inputdir=. --outputdir=. --load-extension=pklimit
 
-ISOLATION = concurrent_hits
+ISOLATION = concurrent_hits rollback freshness row_lock
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation \
 	--load-extension=pklimit
 

@@ -11,6 +11,7 @@
 # (pklimit_forget).  It checks every answer and exits non-zero if pklimit let
 # through more or fewer attempts than the limit allows.
 
+# shellcheck source=../scripts/common.sh
 source "$(dirname "$0")/../scripts/common.sh"
 
 install_packages
@@ -76,14 +77,16 @@ if ! [ -s "$WORKDIR/ssh.addr" ]; then echo "no failed logins found" >&2; exit 1;
 
 # ------------------------------------------------------------- replicas ----
 q <<'SQL'
-CREATE TABLE demo_attempt (replica text, phase text, key text, max_count int, allowed bool);
+CREATE TABLE demo_attempt (replica text, phase text, key text, max_count int, allowed bool, t timestamptz);
 CREATE TABLE demo_count (phase text, key text, count bigint);
+CREATE FUNCTION ms(a timestamptz, b timestamptz) RETURNS int LANGUAGE sql
+	RETURN round(extract(epoch FROM b - a) * 1000);
 SQL
 
 # run_replicas PHASE MAX WINDOW FILE: two psql sessions, replicas A and B,
 # replay the SQL key expressions of FILE at the same time (A takes lines 1, 3,
 # 5 ..., B lines 2, 4, 6 ...; both wait for a common start instant), each
-# printing replica|phase|key|max|allowed per attempt.  The lines are loaded
+# printing replica|phase|key|max|allowed|time per attempt.  The lines are loaded
 # into demo_attempt, and pklimit_count of every key into demo_count.
 run_replicas() {
 	local phase=$1 max=$2 win=$3 file=$4 start r rc=0
@@ -93,7 +96,7 @@ run_replicas() {
 		awk -v r="$r" -v ph="$phase" -v max="$max" -v win="$win" -v start="$start" '
 			BEGIN { printf "SELECT pg_sleep_until(\047%s\047) \\g /dev/null\n", start }
 			NR % 2 == (r == "A") {
-				printf "SELECT \047%s\047, \047%s\047, k, %d, pklimit_allow(k, %d, \047%s\047) FROM (VALUES (%s)) v(k);\n",
+				printf "SELECT \047%s\047, \047%s\047, k, %d, pklimit_allow(k, %d, \047%s\047), clock_timestamp() FROM (VALUES (%s)) v(k);\n",
 					r, ph, max, max, win, $0
 			}' "$file" >"$WORKDIR/$phase.$r.sql"
 		q <"$WORKDIR/$phase.$r.sql" >"$WORKDIR/$phase.$r.out" &
@@ -105,6 +108,17 @@ run_replicas() {
 		q -c "\\copy demo_attempt FROM pstdin (FORMAT csv, DELIMITER '|')"
 	q -c "INSERT INTO demo_count SELECT '$phase', key, pklimit_count(key)
 		FROM (SELECT DISTINCT key FROM demo_attempt WHERE phase = '$phase') k"
+}
+
+# overlap PHASE: how many calls each replica made and how long their runs
+# overlapped (time of each call's answer, server clock).
+overlap() {
+	q -c "SELECT format('   replica A made %s calls in %s ms, replica B %s calls in %s ms; the two ran side by side for %s ms',
+			count(*) FILTER (WHERE replica = 'A'), ms(min(t) FILTER (WHERE replica = 'A'), max(t) FILTER (WHERE replica = 'A')),
+			count(*) FILTER (WHERE replica = 'B'), ms(min(t) FILTER (WHERE replica = 'B'), max(t) FILTER (WHERE replica = 'B')),
+			greatest(0, ms(greatest(min(t) FILTER (WHERE replica = 'A'), min(t) FILTER (WHERE replica = 'B')),
+				least(max(t) FILTER (WHERE replica = 'A'), max(t) FILTER (WHERE replica = 'B')))))
+		FROM demo_attempt WHERE phase = '$1'"
 }
 
 # summary PHASE: one row per key, attempts and allowed split by replica.
@@ -147,6 +161,7 @@ sed "s/.*/'ssh:' || host('&'::inet)/" "$WORKDIR/ssh.addr" >"$WORKDIR/ssh.keys"
 run_replicas ssh 3 '10 minutes' "$WORKDIR/ssh.keys"
 echo
 echo "1. sshd failed logins replayed by replicas A and B at once: pklimit_allow('ssh:<addr>', 3, '10 minutes')"
+overlap ssh
 summary ssh
 
 # 2. Credential stuffing on three accounts from both replicas: 5 per 15 min.
@@ -157,8 +172,8 @@ for i in $(seq 1 10); do
 	done
 done >"$WORKDIR/login.keys"
 run_replicas login 5 '15 minutes' "$WORKDIR/login.keys"
-echo
 echo "2. credential stuffing from both replicas at once: pklimit_allow('login:<user>', 5, '15 minutes')"
+overlap login
 summary login
 
 # 3. alice types her password correctly: forget her count.  Her next attempt
@@ -166,7 +181,6 @@ summary login
 forgot=$(q -c "SELECT pklimit_forget('login:alice')")
 printf "'login:alice'\n'login:bob'\n" >"$WORKDIR/after.keys"
 run_replicas after 5 '15 minutes' "$WORKDIR/after.keys"
-echo
 echo "3. correct password for alice: pklimit_forget('login:alice') = $forgot, then one more attempt each"
 q -c "SELECT format('   %-12s replica %s: allowed = %s, pklimit_count = %s', a.key, replica, allowed, c.count)
 	FROM demo_attempt a JOIN demo_count c USING (phase, key) WHERE phase = 'after' ORDER BY a.key"

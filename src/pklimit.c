@@ -1,25 +1,27 @@
 /*-------------------------------------------------------------------------
  *
  * pklimit.c
- *		Module entry points: settings, argument checking and the SQL-callable
- *		functions.  Each function turns its arguments into one operation on a
- *		stored key and hands it to run_operation(), which decides where the
- *		operation runs.
+ *		Module entry points: settings, hooks, argument checking and the
+ *		SQL-callable functions.  Each recording function turns its arguments
+ *		into one request on a stored key and hands it to this database's
+ *		pklimit worker (queue.c, worker.c); what to answer when the worker
+ *		cannot be reached is decided here, by pklimit.on_unavailable.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/htup_details.h"
-#include "catalog/pg_class.h"
+#include "access/xlog.h"
+#include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "pklimit.h"
@@ -29,10 +31,73 @@ PG_MODULE_MAGIC;
 /* Longest window accepted: far beyond any rate limit, far inside timestamptz. */
 #define PKLIMIT_MAX_WINDOW_USEC (INT64CONST(10000) * 365 * USECS_PER_DAY)
 
+typedef enum OnUnavailable
+{
+	ON_UNAVAILABLE_ALLOW,
+	ON_UNAVAILABLE_DENY,
+	ON_UNAVAILABLE_ERROR
+} OnUnavailable;
+
+static const struct config_enum_entry on_unavailable_options[] = {
+	{"allow", ON_UNAVAILABLE_ALLOW, false},
+	{"deny", ON_UNAVAILABLE_DENY, false},
+	{"error", ON_UNAVAILABLE_ERROR, false},
+	{NULL, 0, false}
+};
+
 int			pklimit_default_max = 10;
 int			pklimit_default_window = 15 * 60;	/* seconds */
+int			pklimit_timeout = 2000; /* milliseconds */
+int			pklimit_queue_size = 1024;
+int			pklimit_max_workers = 8;
+int			pklimit_worker_idle_timeout = 60;	/* seconds */
+static int	pklimit_on_unavailable = ON_UNAVAILABLE_ALLOW;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 
 void		_PG_init(void);
+
+static void
+shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	pklimit_shmem_request();
+}
+
+static void
+shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	pklimit_shmem_startup();
+}
+
+/*
+ * A worker connected to a database would make DROP DATABASE fail, so the
+ * database's workers are asked to exit first.
+ */
+static void
+process_utility(PlannedStmt *pstmt, const char *queryString,
+				bool readOnlyTree, ProcessUtilityContext context,
+				ParamListInfo params, QueryEnvironment *queryEnv,
+				DestReceiver *dest, QueryCompletion *qc)
+{
+	if (IsA(pstmt->utilityStmt, DropdbStmt))
+	{
+		DropdbStmt *stmt = (DropdbStmt *) pstmt->utilityStmt;
+
+		pklimit_terminate_workers(get_database_oid(stmt->dbname, true));
+	}
+	if (prev_ProcessUtility)
+		prev_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+							params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+}
 
 void
 _PG_init(void)
@@ -51,7 +116,52 @@ _PG_init(void)
 							15 * 60, 1, INT_MAX,
 							PGC_USERSET, GUC_UNIT_S,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("pklimit.timeout",
+							"The longest a pklimit call waits for its store.",
+							NULL,
+							&pklimit_timeout,
+							2000, 1, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomEnumVariable("pklimit.on_unavailable",
+							 "What a pklimit call answers when its store cannot be reached.",
+							 "allow: allow the event, with a warning; deny: refuse it, with a warning; error: raise an error.",
+							 &pklimit_on_unavailable,
+							 ON_UNAVAILABLE_ALLOW, on_unavailable_options,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("pklimit.queue_size",
+							"Requests that can wait for pklimit workers at once, across all databases.",
+							NULL,
+							&pklimit_queue_size,
+							1024, 16, 65536,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("pklimit.max_workers",
+							"pklimit workers that can run at once: one per database in use.",
+							"Each also takes a max_worker_processes slot while it runs.",
+							&pklimit_max_workers,
+							8, 1, 1024,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("pklimit.worker_idle_timeout",
+							"A pklimit worker with no work for this long exits.",
+							NULL,
+							&pklimit_worker_idle_timeout,
+							60, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pklimit");
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = shmem_startup;
+	prev_ProcessUtility = ProcessUtility_hook;
+	ProcessUtility_hook = process_utility;
 }
 
 /*
@@ -133,66 +243,141 @@ window_arg(FunctionCallInfo fcinfo)
 	return usec;
 }
 
-/* The schema pklimit was installed in: the schema of the called function. */
-static Oid
-extension_namespace(FunctionCallInfo fcinfo)
+/*
+ * Hand one operation to this database's worker and wait for the answer,
+ * within pklimit.timeout.
+ */
+static void
+run_operation(FunctionCallInfo fcinfo, PklimitOpKind kind,
+			  const char *stored_key, int64 window_usec, PklimitAnswer *answer)
 {
-	return get_func_namespace(fcinfo->flinfo->fn_oid);
+	PklimitRequest request;
+
+	if (!pklimit_preloaded())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pklimit is not loaded"),
+				 errdetail("pklimit records events through background workers, which need shared memory set up at server start."),
+				 errhint("Add pklimit to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	memset(answer, 0, sizeof(*answer));
+	if (RecoveryInProgress())
+	{
+		answer->status = PKLIMIT_READ_ONLY;
+		return;
+	}
+
+	memset(&request, 0, sizeof(request));
+	request.kind = kind;
+	request.dboid = MyDatabaseId;
+	request.nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+	request.window_usec = window_usec;
+	request.events = 1;
+	request.deadline = GetCurrentTimestamp() +
+		(TimestampTz) pklimit_timeout * 1000;
+	strlcpy(request.key, stored_key, sizeof(request.key));
+
+	pklimit_submit(&request, answer);
+}
+
+static const char *
+status_name(PklimitStatus status)
+{
+	switch (status)
+	{
+		case PKLIMIT_OK:
+			return "ok";
+		case PKLIMIT_TIMEOUT:
+			return "timeout";
+		case PKLIMIT_QUEUE_FULL:
+			return "queue_full";
+		case PKLIMIT_NO_WORKER:
+			return "no_worker";
+		case PKLIMIT_READ_ONLY:
+			return "read_only";
+		case PKLIMIT_LOCK_TIMEOUT:
+			return "lock_timeout";
+		case PKLIMIT_NO_TABLE:
+			return "no_table";
+		case PKLIMIT_STORE_ERROR:
+			return "error";
+	}
+	return "error";
 }
 
 /*
- * Run one operation on the table.  It runs in the caller's transaction, as
- * the table's owner, with search_path pinned so the saved plans stay valid
- * and nothing the caller planted is found.
+ * The store could not be reached: raise an error or warn, as
+ * pklimit.on_unavailable says.  Returns the answer to give instead: true
+ * (allow) or false (deny).
  */
-static void
-run_operation(Oid nspid, PklimitOpKind kind, const char *stored_key,
-			  int64 window_usec, PklimitResult *result)
+static bool
+unavailable(const PklimitAnswer *answer)
 {
-	Oid			relid = get_relname_relid("platformkit_limits", nspid);
-	HeapTuple	tuple;
-	Oid			owner;
-	Oid			save_userid;
-	int			save_sec_context;
-	int			save_nestlevel;
+	int			sqlstate;
+	char	   *detail;
 
-	if (!OidIsValid(relid))
+	switch (answer->status)
+	{
+		case PKLIMIT_TIMEOUT:
+			sqlstate = ERRCODE_QUERY_CANCELED;
+			detail = psprintf("No answer came within pklimit.timeout (%d ms).",
+							  pklimit_timeout);
+			break;
+		case PKLIMIT_QUEUE_FULL:
+			sqlstate = ERRCODE_INSUFFICIENT_RESOURCES;
+			detail = psprintf("All %d slots of the request queue are in use (pklimit.queue_size).",
+							  pklimit_queue_size);
+			break;
+		case PKLIMIT_NO_WORKER:
+			sqlstate = ERRCODE_INSUFFICIENT_RESOURCES;
+			detail = pstrdup("No pklimit worker could be started for this database; see max_worker_processes and pklimit.max_workers.");
+			break;
+		case PKLIMIT_READ_ONLY:
+			sqlstate = ERRCODE_READ_ONLY_SQL_TRANSACTION;
+			detail = pstrdup("The server is a hot standby; pklimit records events on the primary.");
+			break;
+		case PKLIMIT_LOCK_TIMEOUT:
+			sqlstate = ERRCODE_LOCK_NOT_AVAILABLE;
+			detail = pstrdup("The key's row stayed locked by another transaction for the whole of pklimit.timeout.");
+			break;
+		case PKLIMIT_NO_TABLE:
+			sqlstate = ERRCODE_UNDEFINED_TABLE;
+			detail = pstrdup("The table platformkit_limits does not exist.");
+			break;
+		default:
+			sqlstate = answer->sqlstate ? answer->sqlstate : ERRCODE_INTERNAL_ERROR;
+			detail = psprintf("The pklimit worker failed: %s.", answer->message);
+			break;
+	}
+
+	if (pklimit_on_unavailable == ON_UNAVAILABLE_ERROR)
 		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("pklimit table \"platformkit_limits\" does not exist"),
-				 errhint("Recreate the extension with DROP EXTENSION pklimit; CREATE EXTENSION pklimit;")));
-	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
-	ReleaseSysCache(tuple);
-
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(owner, save_sec_context |
-						   SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	save_nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp",
-							 PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	pklimit_store_apply(nspid, kind, stored_key, window_usec, 1, result);
-	SPI_finish();
-
-	AtEOXact_GUC(false, save_nestlevel);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+				(errcode(sqlstate),
+				 errmsg("pklimit store unavailable: %s", status_name(answer->status)),
+				 errdetail_internal("%s", detail)));
+	ereport(WARNING,
+			(errcode(sqlstate),
+			 errmsg("pklimit store unavailable: %s", status_name(answer->status)),
+			 errdetail_internal("%s", detail),
+			 errhint("The call was %s, as pklimit.on_unavailable says.",
+					 pklimit_on_unavailable == ON_UNAVAILABLE_ALLOW ?
+					 "allowed" : "denied")));
+	return pklimit_on_unavailable == ON_UNAVAILABLE_ALLOW;
 }
 
-/* Record one event; true iff the count, this event included, is within max. */
+/*
+ * Record one event.  Returns true iff the count, this event included, is
+ * within max_count, or what pklimit.on_unavailable says if the store could
+ * not be reached (answer->status tells which).
+ */
 static bool
 hit(FunctionCallInfo fcinfo, const char *stored_key, int64 max_count,
-	int64 window_usec, PklimitResult *result)
+	int64 window_usec, PklimitAnswer *answer)
 {
-	run_operation(extension_namespace(fcinfo), PKLIMIT_OP_HIT, stored_key,
-				  window_usec, result);
-	return result->count <= max_count;
+	run_operation(fcinfo, PKLIMIT_OP_HIT, stored_key, window_usec, answer);
+	if (answer->status != PKLIMIT_OK)
+		return unavailable(answer);
+	return answer->result.count <= max_count;
 }
 
 PG_FUNCTION_INFO_V1(pklimit_allow_default);
@@ -200,11 +385,11 @@ Datum
 pklimit_allow_default(PG_FUNCTION_ARGS)
 {
 	char	   *stored_key = stored_key_arg(fcinfo);
-	PklimitResult result;
+	PklimitAnswer answer;
 
 	PG_RETURN_BOOL(hit(fcinfo, stored_key, pklimit_default_max,
 					   (int64) pklimit_default_window * USECS_PER_SEC,
-					   &result));
+					   &answer));
 }
 
 PG_FUNCTION_INFO_V1(pklimit_allow);
@@ -214,11 +399,15 @@ pklimit_allow(PG_FUNCTION_ARGS)
 	char	   *stored_key = stored_key_arg(fcinfo);
 	int64		max_count = max_count_arg(fcinfo);
 	int64		window_usec = window_arg(fcinfo);
-	PklimitResult result;
+	PklimitAnswer answer;
 
-	PG_RETURN_BOOL(hit(fcinfo, stored_key, max_count, window_usec, &result));
+	PG_RETURN_BOOL(hit(fcinfo, stored_key, max_count, window_usec, &answer));
 }
 
+/*
+ * Like pklimit_allow, with the values of RateLimit and Retry-After headers.
+ * When the store was not reached, only allowed and status are set.
+ */
 PG_FUNCTION_INFO_V1(pklimit_check);
 Datum
 pklimit_check(PG_FUNCTION_ARGS)
@@ -226,7 +415,8 @@ pklimit_check(PG_FUNCTION_ARGS)
 	char	   *stored_key = stored_key_arg(fcinfo);
 	int64		max_count = max_count_arg(fcinfo);
 	int64		window_usec = window_arg(fcinfo);
-	PklimitResult result;
+	PklimitAnswer answer;
+	PklimitResult *result = &answer.result;
 	TupleDesc	tupdesc;
 	Datum		values[6];
 	bool		nulls[6] = {0};
@@ -236,42 +426,56 @@ pklimit_check(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
-	allowed = hit(fcinfo, stored_key, max_count, window_usec, &result);
-	if (!allowed)
-		retry_after->time = result.window_end - result.event_at;
-
+	allowed = hit(fcinfo, stored_key, max_count, window_usec, &answer);
 	values[0] = BoolGetDatum(allowed);
-	values[1] = Int64GetDatum(result.count);
-	values[2] = Int64GetDatum(allowed ? max_count - result.count : 0);
-	values[3] = TimestampTzGetDatum(result.window_end);
-	values[4] = IntervalPGetDatum(retry_after);
-	values[5] = CStringGetTextDatum("ok");
+	values[5] = CStringGetTextDatum(status_name(answer.status));
+	if (answer.status == PKLIMIT_OK)
+	{
+		if (!allowed)
+			retry_after->time = result->window_end - result->event_at;
+		values[1] = Int64GetDatum(result->count);
+		values[2] = Int64GetDatum(allowed ? max_count - result->count : 0);
+		values[3] = TimestampTzGetDatum(result->window_end);
+		values[4] = IntervalPGetDatum(retry_after);
+	}
+	else
+		nulls[1] = nulls[2] = nulls[3] = nulls[4] = true;
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
+/* The count of the key's open window; NULL if the store was not reached. */
 PG_FUNCTION_INFO_V1(pklimit_count);
 Datum
 pklimit_count(PG_FUNCTION_ARGS)
 {
 	char	   *stored_key = stored_key_arg(fcinfo);
-	PklimitResult result;
+	PklimitAnswer answer;
 
-	run_operation(extension_namespace(fcinfo), PKLIMIT_OP_COUNT, stored_key,
-				  0, &result);
-	PG_RETURN_INT64(result.found ? result.count : 0);
+	run_operation(fcinfo, PKLIMIT_OP_COUNT, stored_key, 0, &answer);
+	if (answer.status != PKLIMIT_OK)
+	{
+		(void) unavailable(&answer);
+		PG_RETURN_NULL();
+	}
+	PG_RETURN_INT64(answer.result.found ? answer.result.count : 0);
 }
 
+/* Delete the key's row; NULL if the store was not reached. */
 PG_FUNCTION_INFO_V1(pklimit_forget);
 Datum
 pklimit_forget(PG_FUNCTION_ARGS)
 {
 	char	   *stored_key = stored_key_arg(fcinfo);
-	PklimitResult result;
+	PklimitAnswer answer;
 
-	run_operation(extension_namespace(fcinfo), PKLIMIT_OP_FORGET, stored_key,
-				  0, &result);
-	PG_RETURN_BOOL(result.found);
+	run_operation(fcinfo, PKLIMIT_OP_FORGET, stored_key, 0, &answer);
+	if (answer.status != PKLIMIT_OK)
+	{
+		(void) unavailable(&answer);
+		PG_RETURN_NULL();
+	}
+	PG_RETURN_BOOL(answer.result.found);
 }
 
 /*
@@ -308,7 +512,7 @@ pklimit_purge(PG_FUNCTION_ARGS)
 							 GUC_ACTION_SAVE, true, 0, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	deleted = pklimit_store_purge(extension_namespace(fcinfo), cutoff);
+	deleted = pklimit_store_purge(get_func_namespace(fcinfo->flinfo->fn_oid), cutoff);
 	SPI_finish();
 	AtEOXact_GUC(false, save_nestlevel);
 

@@ -33,18 +33,72 @@ typedef struct PklimitResult
 	TimestampTz event_at;		/* server clock when the event was recorded */
 } PklimitResult;
 
+/* Why an operation was not applied; PKLIMIT_OK when it was. */
+typedef enum PklimitStatus
+{
+	PKLIMIT_OK = 0,
+	PKLIMIT_TIMEOUT,			/* no answer within pklimit.timeout */
+	PKLIMIT_QUEUE_FULL,			/* every queue slot in use */
+	PKLIMIT_NO_WORKER,			/* no worker could be started */
+	PKLIMIT_READ_ONLY,			/* hot standby: writes go to the primary */
+	PKLIMIT_LOCK_TIMEOUT,		/* the budget ran out waiting for a row lock */
+	PKLIMIT_NO_TABLE,			/* platformkit_limits is missing */
+	PKLIMIT_STORE_ERROR			/* any other error while applying */
+} PklimitStatus;
+
+/* One request as the caller hands it to a worker. */
+typedef struct PklimitRequest
+{
+	PklimitOpKind kind;
+	Oid			dboid;			/* database the caller is connected to */
+	Oid			nspid;			/* schema of the extension's table */
+	int64		window_usec;	/* window length, for a hit */
+	int64		events;			/* events to record, for a hit */
+	TimestampTz deadline;		/* the caller stops waiting at this moment */
+	char		key[PKLIMIT_MAX_READABLE_KEY + 1];	/* stored key */
+} PklimitRequest;
+
+/* The worker's answer to one request. */
+typedef struct PklimitAnswer
+{
+	PklimitStatus status;
+	int			sqlstate;		/* for a store error */
+	char		message[128];	/* for a store error */
+	PklimitResult result;
+} PklimitAnswer;
+
 /* settings (pklimit.c) */
 extern int	pklimit_default_max;
 extern int	pklimit_default_window;
+extern int	pklimit_timeout;
+extern int	pklimit_queue_size;
+extern int	pklimit_max_workers;
+extern int	pklimit_worker_idle_timeout;
 
 /* key.c */
 extern char *pklimit_stored_key(text *key);
+
+/* queue.c: shared memory, the request queue and the worker registry */
+extern void pklimit_shmem_request(void);
+extern void pklimit_shmem_startup(void);
+extern bool pklimit_preloaded(void);
+extern void pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer);
+extern Oid	pklimit_worker_attach(int index);
+extern int	pklimit_worker_take(PklimitRequest *requests, int *slots, int max);
+extern void pklimit_worker_answer(const int *slots, const PklimitAnswer *answers,
+								  int n);
+extern bool pklimit_worker_retire(void);
+extern void pklimit_terminate_workers(Oid dboid);
+
+/* worker.c */
+extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
 
 /* store.c: applies one operation to the table, in the current transaction */
 extern void pklimit_store_apply(Oid nspid, PklimitOpKind kind,
 								const char *stored_key, int64 window_usec,
 								int64 events, PklimitResult *result);
 extern int64 pklimit_store_purge(Oid nspid, TimestampTz cutoff);
+extern Oid	pklimit_store_owner(Oid nspid);
 extern bool pklimit_in_system;
 
 #endif							/* PKLIMIT_H */

@@ -14,10 +14,13 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "catalog/pg_class.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "pklimit.h"
@@ -83,6 +86,31 @@ static Oid	plan_argtypes[NUM_PLANS][3] = {
 	{TEXTOID},
 	{TIMESTAMPTZOID},
 };
+
+/*
+ * The owner of platformkit_limits in schema nspid: pklimit's statements run
+ * as this role, so the table's privileges and row level security apply to
+ * them as to any other statement.
+ */
+Oid
+pklimit_store_owner(Oid nspid)
+{
+	Oid			relid = get_relname_relid("platformkit_limits", nspid);
+	HeapTuple	tuple;
+	Oid			owner;
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("pklimit table \"platformkit_limits\" does not exist"),
+				 errhint("Recreate the extension with DROP EXTENSION pklimit; CREATE EXTENSION pklimit;")));
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
 
 /* Prepare (once per schema) and return the saved plan for one statement. */
 static SPIPlanPtr

@@ -1,0 +1,477 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.c
+ *		The fixed-size request queue in shared memory and the registry of
+ *		pklimit's background workers, one per database, started on demand.
+ *
+ * A calling backend puts its request in a free slot, makes sure a worker
+ * serves its database, wakes it and sleeps on its own latch until the answer
+ * is there or pklimit.timeout is spent.  A worker takes every queued slot of
+ * its database, applies them in its own transaction and answers each caller
+ * after the commit.  One LWLock guards the whole structure; it is only held
+ * for short scans, never across I/O or a transaction.
+ *
+ * A caller that gives up (timeout, cancel, exit) frees a queued slot itself;
+ * a slot a worker has already taken is marked abandoned and freed by the
+ * worker, so no slot leaks either way.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/timestamp.h"
+
+#include "pklimit.h"
+
+/* How often a waiting caller looks again at the worker it relies on. */
+#define POLL_MS 100
+/* A worker that has not attached this long after registration is dead. */
+#define START_GRACE_USEC (10 * USECS_PER_SEC)
+/* After a failed start, calls wait this long before trying again. */
+#define START_BACKOFF_USEC (1 * USECS_PER_SEC)
+
+typedef enum SlotState
+{
+	SLOT_FREE = 0,
+	SLOT_QUEUED,				/* waiting for a worker */
+	SLOT_TAKEN,					/* a worker is applying it */
+	SLOT_DONE,					/* answered; the caller frees it */
+	SLOT_ABANDONED				/* taken, but the caller stopped waiting */
+} SlotState;
+
+typedef struct Slot
+{
+	SlotState	state;
+	int			caller_procno;	/* whose latch to set when answered */
+	int			worker;			/* registry index of the worker that took it */
+	uint64		seq;			/* arrival order */
+	PklimitRequest request;
+	PklimitAnswer answer;
+} Slot;
+
+typedef struct WorkerEntry
+{
+	bool		in_use;
+	Oid			dboid;
+	pid_t		pid;			/* 0 until the worker has attached */
+	int			procno;
+	TimestampTz registered_at;
+} WorkerEntry;
+
+typedef struct SharedState
+{
+	LWLock	   *lock;
+	uint64		next_seq;
+	TimestampTz last_start_failure;
+	WorkerEntry *workers;		/* pklimit_max_workers entries */
+	Slot	   *slots;			/* pklimit_queue_size entries */
+} SharedState;
+
+static SharedState *shared = NULL;
+static int	my_worker = -1;		/* registry index, in a worker */
+
+static Size
+shared_size(void)
+{
+	Size		size = MAXALIGN(sizeof(SharedState));
+
+	size = add_size(size, mul_size(pklimit_max_workers, sizeof(WorkerEntry)));
+	size = add_size(size, mul_size(pklimit_queue_size, sizeof(Slot)));
+	return size;
+}
+
+void
+pklimit_shmem_request(void)
+{
+	RequestAddinShmemSpace(shared_size());
+	RequestNamedLWLockTranche("pklimit", 1);
+}
+
+void
+pklimit_shmem_startup(void)
+{
+	bool		found;
+	char	   *base;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	base = ShmemInitStruct("pklimit", shared_size(), &found);
+	shared = (SharedState *) base;
+	if (!found)
+	{
+		memset(base, 0, shared_size());
+		shared->lock = &(GetNamedLWLockTranche("pklimit"))->lock;
+	}
+	shared->workers = (WorkerEntry *) (base + MAXALIGN(sizeof(SharedState)));
+	shared->slots = (Slot *) (shared->workers + pklimit_max_workers);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+bool
+pklimit_preloaded(void)
+{
+	return shared != NULL;
+}
+
+static void
+set_latch_of(int procno)
+{
+	SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+}
+
+/*
+ * Make sure a worker serves dboid; the lock is held exclusively.  Returns the
+ * registry index of a running or starting worker, or -1 if none could be
+ * started (registry full, max_worker_processes exhausted, or a recent start
+ * failed and the back-off has not passed).
+ */
+static int
+ensure_worker(Oid dboid, TimestampTz now)
+{
+	int			free_index = -1;
+	BackgroundWorker bgw;
+	BackgroundWorkerHandle *handle;
+
+	for (int i = 0; i < pklimit_max_workers; i++)
+	{
+		WorkerEntry *w = &shared->workers[i];
+
+		if (w->in_use && w->pid == 0 &&
+			now - w->registered_at > START_GRACE_USEC)
+			w->in_use = false;	/* registered but never attached */
+		if (w->in_use && w->dboid == dboid)
+			return i;
+		if (!w->in_use && free_index < 0)
+			free_index = i;
+	}
+
+	if (free_index < 0 ||
+		now - shared->last_start_failure < START_BACKOFF_USEC)
+		return -1;
+
+	memset(&bgw, 0, sizeof(bgw));
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(bgw.bgw_library_name, BGW_MAXLEN, "pklimit");
+	snprintf(bgw.bgw_function_name, BGW_MAXLEN, "pklimit_worker_main");
+	snprintf(bgw.bgw_name, BGW_MAXLEN, "pklimit worker for database %u", dboid);
+	snprintf(bgw.bgw_type, BGW_MAXLEN, "pklimit worker");
+	bgw.bgw_main_arg = Int32GetDatum(free_index);
+	bgw.bgw_notify_pid = 0;
+
+	if (!RegisterDynamicBackgroundWorker(&bgw, &handle))
+	{
+		shared->last_start_failure = now;
+		return -1;
+	}
+	pfree(handle);
+
+	shared->workers[free_index].in_use = true;
+	shared->workers[free_index].dboid = dboid;
+	shared->workers[free_index].pid = 0;
+	shared->workers[free_index].registered_at = now;
+	return free_index;
+}
+
+/* Wake the worker at index, if it has attached. Lock held. */
+static void
+wake_worker(int index)
+{
+	if (index >= 0 && shared->workers[index].pid != 0)
+		set_latch_of(shared->workers[index].procno);
+}
+
+/*
+ * Stop waiting on a slot: free it, or leave it to the worker that took it.
+ * Returns true if an answer was already there (copied to answer if given).
+ */
+static bool
+release_slot(int slotno, PklimitAnswer *answer)
+{
+	Slot	   *slot = &shared->slots[slotno];
+	bool		answered = false;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	switch (slot->state)
+	{
+		case SLOT_DONE:
+			answered = true;
+			if (answer)
+				*answer = slot->answer;
+			slot->state = SLOT_FREE;
+			break;
+		case SLOT_TAKEN:
+			slot->state = SLOT_ABANDONED;
+			break;
+		case SLOT_QUEUED:
+			slot->state = SLOT_FREE;
+			break;
+		case SLOT_FREE:
+		case SLOT_ABANDONED:
+			break;
+	}
+	LWLockRelease(shared->lock);
+	return answered;
+}
+
+/* Error and exit cleanup of a caller's slot (PG_ENSURE_ERROR_CLEANUP). */
+static void
+release_slot_on_error(int code, Datum arg)
+{
+	release_slot(DatumGetInt32(arg), NULL);
+}
+
+/*
+ * Hand one request to this database's worker and wait for its answer, at
+ * most until request->deadline.  Never raises an error of its own: every way
+ * the store can be unreachable comes back as answer->status.  Query cancel
+ * and termination are honoured while waiting, and free the slot.
+ */
+void
+pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
+{
+	int			slotno = -1;
+	int			worker;
+	bool		had_worker;
+	TimestampTz now = GetCurrentTimestamp();
+
+	memset(answer, 0, sizeof(*answer));
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < pklimit_queue_size; i++)
+	{
+		if (shared->slots[i].state == SLOT_FREE)
+		{
+			slotno = i;
+			break;
+		}
+	}
+	if (slotno < 0)
+	{
+		LWLockRelease(shared->lock);
+		answer->status = PKLIMIT_QUEUE_FULL;
+		return;
+	}
+	shared->slots[slotno].state = SLOT_QUEUED;
+	shared->slots[slotno].caller_procno = MyProc->pgprocno;
+	shared->slots[slotno].worker = -1;
+	shared->slots[slotno].seq = shared->next_seq++;
+	shared->slots[slotno].request = *request;
+	worker = ensure_worker(request->dboid, now);
+	had_worker = (worker >= 0);
+	wake_worker(worker);
+	LWLockRelease(shared->lock);
+
+	PG_ENSURE_ERROR_CLEANUP(release_slot_on_error, Int32GetDatum(slotno));
+	{
+		for (;;)
+		{
+			long		wait_ms;
+
+			LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+			if (shared->slots[slotno].state == SLOT_DONE)
+			{
+				*answer = shared->slots[slotno].answer;
+				shared->slots[slotno].state = SLOT_FREE;
+				LWLockRelease(shared->lock);
+				break;
+			}
+			/* a worker that died or exited idle is replaced, with back-off */
+			if (shared->slots[slotno].state == SLOT_QUEUED)
+			{
+				worker = ensure_worker(request->dboid, GetCurrentTimestamp());
+				had_worker |= (worker >= 0);
+				wake_worker(worker);
+			}
+			LWLockRelease(shared->lock);
+
+			now = GetCurrentTimestamp();
+			if (now >= request->deadline)
+			{
+				if (!release_slot(slotno, answer))
+					answer->status = had_worker ? PKLIMIT_TIMEOUT : PKLIMIT_NO_WORKER;
+				break;
+			}
+			wait_ms = Min(POLL_MS, (request->deadline - now + 999) / 1000);
+			(void) WaitLatch(MyLatch,
+							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 wait_ms, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	PG_END_ENSURE_ERROR_CLEANUP(release_slot_on_error, Int32GetDatum(slotno));
+}
+
+/*
+ * Worker side.
+ */
+
+/* Worker exit: answer what it had taken, and leave the registry. */
+static void
+worker_detach(int code, Datum arg)
+{
+	LWLockReleaseAll();
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	/* a worker that retired holds no slot, and its entry may be reused */
+	if (shared->workers[my_worker].pid != MyProcPid)
+	{
+		LWLockRelease(shared->lock);
+		return;
+	}
+	for (int i = 0; i < pklimit_queue_size; i++)
+	{
+		Slot	   *slot = &shared->slots[i];
+
+		if (slot->worker != my_worker)
+			continue;
+		if (slot->state == SLOT_ABANDONED)
+			slot->state = SLOT_FREE;
+		else if (slot->state == SLOT_TAKEN)
+		{
+			memset(&slot->answer, 0, sizeof(slot->answer));
+			slot->answer.status = PKLIMIT_NO_WORKER;
+			slot->state = SLOT_DONE;
+			set_latch_of(slot->caller_procno);
+		}
+	}
+	shared->workers[my_worker].in_use = false;
+	shared->workers[my_worker].pid = 0;
+	LWLockRelease(shared->lock);
+}
+
+/*
+ * Claim registry entry index for this process and return the database it
+ * serves, or InvalidOid if the entry was given up meanwhile (the worker then
+ * exits).
+ */
+Oid
+pklimit_worker_attach(int index)
+{
+	bool		ok;
+	Oid			dboid = InvalidOid;
+
+	if (index < 0 || index >= pklimit_max_workers)
+		return false;
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	ok = shared->workers[index].in_use && shared->workers[index].pid == 0;
+	if (ok)
+	{
+		shared->workers[index].pid = MyProcPid;
+		shared->workers[index].procno = MyProc->pgprocno;
+		dboid = shared->workers[index].dboid;
+		my_worker = index;
+	}
+	LWLockRelease(shared->lock);
+	if (ok)
+		before_shmem_exit(worker_detach, (Datum) 0);
+	return dboid;
+}
+
+/*
+ * Take up to max queued requests of this worker's database, oldest first.
+ * Returns how many; their slot numbers go to slots[].
+ */
+int
+pklimit_worker_take(PklimitRequest *requests, int *slots, int max)
+{
+	Oid			dboid = MyDatabaseId;
+	int			n = 0;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < pklimit_queue_size && n < max; i++)
+	{
+		Slot	   *slot = &shared->slots[i];
+		int			j;
+
+		if (slot->state != SLOT_QUEUED || slot->request.dboid != dboid)
+			continue;
+		slot->state = SLOT_TAKEN;
+		slot->worker = my_worker;
+		/* insertion sort by arrival, so callers are served in order */
+		for (j = n; j > 0 && shared->slots[slots[j - 1]].seq > slot->seq; j--)
+			slots[j] = slots[j - 1];
+		slots[j] = i;
+		n++;
+	}
+	for (int j = 0; j < n; j++)
+		requests[j] = shared->slots[slots[j]].request;
+	LWLockRelease(shared->lock);
+	return n;
+}
+
+/* Publish the answers to n taken slots and wake their callers. */
+void
+pklimit_worker_answer(const int *slots, const PklimitAnswer *answers, int n)
+{
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int j = 0; j < n; j++)
+	{
+		Slot	   *slot = &shared->slots[slots[j]];
+
+		if (slot->state == SLOT_ABANDONED)
+			slot->state = SLOT_FREE;
+		else
+		{
+			slot->answer = answers[j];
+			slot->state = SLOT_DONE;
+			set_latch_of(slot->caller_procno);
+		}
+	}
+	LWLockRelease(shared->lock);
+}
+
+/*
+ * An idle worker leaves the registry, unless a request for its database
+ * arrived meanwhile.  Returns true if the worker should now exit.
+ */
+bool
+pklimit_worker_retire(void)
+{
+	bool		retire = true;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < pklimit_queue_size; i++)
+	{
+		if (shared->slots[i].state == SLOT_QUEUED &&
+			shared->slots[i].request.dboid == MyDatabaseId)
+		{
+			retire = false;
+			break;
+		}
+	}
+	if (retire)
+	{
+		shared->workers[my_worker].in_use = false;
+		shared->workers[my_worker].pid = 0;
+	}
+	LWLockRelease(shared->lock);
+	return retire;
+}
+
+/* Ask every worker of dboid to exit (before DROP DATABASE). */
+void
+pklimit_terminate_workers(Oid dboid)
+{
+	if (shared == NULL)
+		return;
+	LWLockAcquire(shared->lock, LW_SHARED);
+	for (int i = 0; i < pklimit_max_workers; i++)
+	{
+		WorkerEntry *w = &shared->workers[i];
+
+		if (w->in_use && w->dboid == dboid && w->pid != 0)
+			kill(w->pid, SIGTERM);
+	}
+	LWLockRelease(shared->lock);
+}

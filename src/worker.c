@@ -1,0 +1,243 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *		pklimit's background worker: one per database, started on demand by
+ *		the first call that needs it, gone after pklimit.worker_idle_timeout
+ *		without work.  It applies queued requests in its own transactions, so
+ *		an event is committed whatever becomes of the caller's transaction,
+ *		and answers each caller after the commit.
+ *
+ * Every request queued when the worker wakes goes into one transaction (one
+ * commit flush for the lot), applied in arrival order, so each caller gets
+ * exactly the answer serial execution would give.  If that transaction
+ * fails, each request is retried in a transaction of its own, so one locked
+ * row cannot spoil its neighbours' answers.  Row lock waits are bounded by
+ * the callers' remaining budget (lock_timeout), so a row locked by anyone,
+ * even by a waiting caller's own open transaction, never hangs the worker.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "pklimit.h"
+
+/* Most requests applied in one transaction. */
+#define BATCH_MAX 256
+
+static MemoryContext batch_context;
+
+/* The caller's view of a failed transaction, from the error's SQLSTATE. */
+static void
+answer_error(PklimitAnswer *answer, ErrorData *edata)
+{
+	memset(answer, 0, sizeof(*answer));
+	switch (edata->sqlerrcode)
+	{
+		case ERRCODE_LOCK_NOT_AVAILABLE:
+			answer->status = PKLIMIT_LOCK_TIMEOUT;
+			break;
+		case ERRCODE_UNDEFINED_TABLE:
+			answer->status = PKLIMIT_NO_TABLE;
+			break;
+		case ERRCODE_READ_ONLY_SQL_TRANSACTION:
+			answer->status = PKLIMIT_READ_ONLY;
+			break;
+		default:
+			answer->status = PKLIMIT_STORE_ERROR;
+			break;
+	}
+	answer->sqlstate = edata->sqlerrcode;
+	strlcpy(answer->message, edata->message ? edata->message : "",
+			sizeof(answer->message));
+}
+
+/*
+ * Apply the requests listed in which[] in one transaction.  Returns false,
+ * with every listed answer saying why, if the transaction failed.
+ */
+static bool
+apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
+					 const int *which, int n)
+{
+	volatile bool ok = true;
+	TimestampTz deadline = requests[which[0]].deadline;
+
+	for (int j = 1; j < n; j++)
+		deadline = Min(deadline, requests[which[j]].deadline);
+
+	PG_TRY();
+	{
+		/* stop waiting for a lock early enough to tell the caller why */
+		long		budget_ms = Max(1, (deadline - GetCurrentTimestamp()) / 1000 * 9 / 10);
+		char		budget[32];
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		snprintf(budget, sizeof(budget), "%ld", budget_ms);
+		(void) set_config_option("lock_timeout", budget, PGC_SUSET,
+								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+		pgstat_report_activity(STATE_RUNNING, "pklimit: applying queued requests");
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+
+		for (int j = 0; j < n; j++)
+		{
+			const PklimitRequest *r = &requests[which[j]];
+			PklimitAnswer *a = &answers[which[j]];
+			Oid			save_userid;
+			int			save_sec_context;
+
+			/* run as the table's owner, so row level security applies */
+			GetUserIdAndSecContext(&save_userid, &save_sec_context);
+			SetUserIdAndSecContext(pklimit_store_owner(r->nspid),
+								   save_sec_context |
+								   SECURITY_LOCAL_USERID_CHANGE |
+								   SECURITY_RESTRICTED_OPERATION);
+			memset(a, 0, sizeof(*a));
+			pklimit_store_apply(r->nspid, r->kind, r->key, r->window_usec,
+								r->events, &a->result);
+			a->status = PKLIMIT_OK;
+			SetUserIdAndSecContext(save_userid, save_sec_context);
+		}
+
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(batch_context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		for (int j = 0; j < n; j++)
+			answer_error(&answers[which[j]], edata);
+		ereport(LOG,
+				(errmsg("pklimit worker could not apply %d request(s): %s",
+						n, edata->message)));
+		ok = false;
+	}
+	PG_END_TRY();
+
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return ok;
+}
+
+/* Apply a batch, answering requests whose caller has already given up. */
+static void
+apply_batch(const PklimitRequest *requests, PklimitAnswer *answers, int n)
+{
+	int			live[BATCH_MAX];
+	int			nlive = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (int i = 0; i < n; i++)
+	{
+		if (requests[i].deadline <= now)
+		{
+			memset(&answers[i], 0, sizeof(answers[i]));
+			answers[i].status = PKLIMIT_TIMEOUT;
+		}
+		else
+			live[nlive++] = i;
+	}
+	if (nlive == 0 || apply_in_transaction(requests, answers, live, nlive) ||
+		nlive == 1)
+		return;
+
+	/* the batch failed: give each request a transaction of its own */
+	for (int j = 0; j < nlive; j++)
+	{
+		if (requests[live[j]].deadline <= GetCurrentTimestamp())
+			answers[live[j]].status = PKLIMIT_TIMEOUT;
+		else
+			(void) apply_in_transaction(requests, answers, &live[j], 1);
+	}
+}
+
+void
+pklimit_worker_main(Datum main_arg)
+{
+	Oid			dboid;
+	TimestampTz last_work;
+	PklimitRequest *requests;
+	PklimitAnswer *answers;
+	int		   *slots;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	dboid = pklimit_worker_attach(DatumGetInt32(main_arg));
+	if (!OidIsValid(dboid))
+		proc_exit(0);
+
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	pgstat_report_appname("pklimit worker");
+	/* pinned for the saved plans, and so no planted object is ever found */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET,
+					PGC_S_OVERRIDE);
+
+	batch_context = AllocSetContextCreate(TopMemoryContext, "pklimit batch",
+										  ALLOCSET_DEFAULT_SIZES);
+	requests = MemoryContextAlloc(TopMemoryContext, sizeof(PklimitRequest) * BATCH_MAX);
+	answers = MemoryContextAlloc(TopMemoryContext, sizeof(PklimitAnswer) * BATCH_MAX);
+	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * BATCH_MAX);
+
+	last_work = GetCurrentTimestamp();
+	for (;;)
+	{
+		int			n;
+		long		idle_ms;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		n = pklimit_worker_take(requests, slots, BATCH_MAX);
+		if (n > 0)
+		{
+			MemoryContextSwitchTo(batch_context);
+			apply_batch(requests, answers, n);
+			pklimit_worker_answer(slots, answers, n);
+			MemoryContextSwitchTo(TopMemoryContext);
+			MemoryContextReset(batch_context);
+			last_work = GetCurrentTimestamp();
+			continue;
+		}
+
+		idle_ms = (long) pklimit_worker_idle_timeout * 1000 -
+			(GetCurrentTimestamp() - last_work) / 1000;
+		if (idle_ms <= 0)
+		{
+			if (pklimit_worker_retire())
+				proc_exit(0);
+			idle_ms = 1000;
+		}
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 idle_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
