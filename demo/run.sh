@@ -7,8 +7,8 @@
 # sample log that Debian's fail2ban package ships (downloaded and unpacked,
 # never installed), and replays its failed logins through pklimit_allow from
 # two concurrent psql sessions standing in for two application replicas.  Then
-# a credential-stuffing burst on three accounts, and a correct password
-# (pklimit_forget).  It checks every answer and exits non-zero if pklimit let
+# a credential-stuffing burst on three accounts, a correct password
+# (pklimit_forget), and login transactions that roll back but still count.  It checks every answer and exits non-zero if pklimit let
 # through more or fewer attempts than the limit allows.
 
 # shellcheck source=../scripts/common.sh
@@ -20,7 +20,6 @@ start_cluster
 
 q -c 'CREATE EXTENSION pg_cron' -c 'CREATE EXTENSION pklimit'
 echo "pklimit $(q -c "SELECT extversion FROM pg_extension WHERE extname = 'pklimit'") on PostgreSQL $(q -c 'SHOW server_version') (pklimit, pg_cron preloaded)"
-echo "pg_cron purge job: $(q -c "SELECT coalesce(string_agg(format('%s at ''%s'' runs %s', jobname, schedule, command), '; '), 'none') FROM cron.job")"
 
 # ---------------------------------------------------------------- input ----
 # apt-get download drops privileges to _apt, so give it a directory it can
@@ -185,6 +184,33 @@ echo "3. correct password for alice: pklimit_forget('login:alice') = $forgot, th
 q -c "SELECT format('   %-12s replica %s: allowed = %s, pklimit_count = %s', a.key, replica, allowed, c.count)
 	FROM demo_attempt a JOIN demo_count c USING (phase, key) WHERE phase = 'after' ORDER BY a.key"
 
+# 4. A login transaction that fails rolls back, and its attempt must still
+#    count: three wrong passwords for dave (tenant acme), each in a request
+#    transaction that rolls back; the fourth attempt is refused.
+rolled_back=$(q <<'SQL'
+BEGIN;
+SET LOCAL platformkit.tenant = 'acme';
+SELECT pklimit_allow('login:dave', 3, '15 minutes') \g /dev/null
+ROLLBACK;
+BEGIN;
+SET LOCAL platformkit.tenant = 'acme';
+SELECT pklimit_allow('login:dave', 3, '15 minutes') \g /dev/null
+ROLLBACK;
+BEGIN;
+SET LOCAL platformkit.tenant = 'acme';
+SELECT pklimit_allow('login:dave', 3, '15 minutes') \g /dev/null
+ROLLBACK;
+BEGIN;
+SET LOCAL platformkit.tenant = 'acme';
+SELECT pklimit_count('login:dave') || ' ' || pklimit_allow('login:dave', 3, '15 minutes');
+ROLLBACK;
+SQL
+)
+read -r dave_count dave_fourth <<<"$rolled_back"
+echo
+echo "4. three login transactions for dave (tenant acme) rolled back after a wrong password:"
+echo "   pklimit_count('login:dave') = $dave_count after the rollbacks; the fourth attempt: allowed = $dave_fourth"
+
 # ---------------------------------------------------------------- check ----
 # For every key of phases 1 and 2: allowed = min(attempts, limit) and
 # pklimit_count = attempts.  Phase 3: forget said true, alice allowed with a
@@ -203,9 +229,10 @@ after_ok=$(q -c "
 		(key = 'login:bob' AND NOT allowed AND c.count =
 			(SELECT count(*) + 1 FROM demo_attempt WHERE phase = 'login' AND key = 'login:bob')))")
 echo
-if [ "$bad" -eq 0 ] && [ "$after_ok" = t ] && [ "$forgot" = t ]; then
-	echo "OK: for all $nkeys keys ($nattempts attempts from 2 concurrent replicas) allowed = min(attempts, limit) and pklimit_count = attempts; forget re-opened alice only"
+if [ "$bad" -eq 0 ] && [ "$after_ok" = t ] && [ "$forgot" = t ] &&
+	[ "$dave_count" = 3 ] && [ "$dave_fourth" = false ]; then
+	echo "OK: for all $nkeys keys ($nattempts attempts from 2 concurrent replicas) allowed = min(attempts, limit) and pklimit_count = attempts; forget re-opened alice only; rolled-back attempts counted"
 else
-	echo "FAILED: $bad of $nkeys keys broke allowed = min(attempts, limit) or pklimit_count = attempts; forget returned $forgot; alice allowed / bob refused after forget: $after_ok"
+	echo "FAILED: $bad of $nkeys keys broke allowed = min(attempts, limit) or pklimit_count = attempts; forget returned $forgot; alice allowed / bob refused after forget: $after_ok; dave after 3 rolled-back attempts: count $dave_count, fourth allowed $dave_fourth"
 	exit 1
 fi

@@ -130,6 +130,21 @@ _PG_init(void)
 							 ON_UNAVAILABLE_ALLOW, on_unavailable_options,
 							 PGC_USERSET, 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("pklimit.worker_idle_timeout",
+							"A pklimit worker with no work for this long exits.",
+							NULL,
+							&pklimit_worker_idle_timeout,
+							60, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	/* without preload there is no queue: CREATE EXTENSION still works */
+	if (!process_shared_preload_libraries_in_progress)
+	{
+		MarkGUCPrefixReserved("pklimit");
+		return;
+	}
+
 	DefineCustomIntVariable("pklimit.queue_size",
 							"Requests that can wait for pklimit workers at once, across all databases.",
 							NULL,
@@ -144,17 +159,7 @@ _PG_init(void)
 							8, 1, 1024,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
-	DefineCustomIntVariable("pklimit.worker_idle_timeout",
-							"A pklimit worker with no work for this long exits.",
-							NULL,
-							&pklimit_worker_idle_timeout,
-							60, 1, INT_MAX,
-							PGC_SIGHUP, GUC_UNIT_S,
-							NULL, NULL, NULL);
 	MarkGUCPrefixReserved("pklimit");
-
-	if (!process_shared_preload_libraries_in_progress)
-		return;
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = shmem_request;

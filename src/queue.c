@@ -37,8 +37,13 @@
 #define POLL_MS 100
 /* A worker that has not attached this long after registration is dead. */
 #define START_GRACE_USEC (10 * USECS_PER_SEC)
-/* After a failed start, calls wait this long before trying again. */
-#define START_BACKOFF_USEC (1 * USECS_PER_SEC)
+/*
+ * After a worker failed to start or died, calls wait before starting
+ * another: 1 s, doubling up to 30 s while failures repeat, so a worker that
+ * cannot run does not fill the log.  A served batch resets it.
+ */
+#define MIN_BACKOFF_USEC (1 * USECS_PER_SEC)
+#define MAX_BACKOFF_USEC (30 * USECS_PER_SEC)
 
 typedef enum SlotState
 {
@@ -73,6 +78,7 @@ typedef struct SharedState
 	LWLock	   *lock;
 	uint64		next_seq;
 	TimestampTz last_start_failure;
+	int64		backoff_usec;	/* current wait after a failure */
 	WorkerEntry *workers;		/* pklimit_max_workers entries */
 	Slot	   *slots;			/* pklimit_queue_size entries */
 } SharedState;
@@ -122,6 +128,15 @@ pklimit_preloaded(void)
 	return shared != NULL;
 }
 
+/* Note a failed or lost worker. Lock held. */
+static void
+note_start_failure(TimestampTz now)
+{
+	shared->last_start_failure = now;
+	shared->backoff_usec = Min(MAX_BACKOFF_USEC,
+							   Max(MIN_BACKOFF_USEC, shared->backoff_usec * 2));
+}
+
 static void
 set_latch_of(int procno)
 {
@@ -155,7 +170,7 @@ ensure_worker(Oid dboid, TimestampTz now)
 	}
 
 	if (free_index < 0 ||
-		now - shared->last_start_failure < START_BACKOFF_USEC)
+		now - shared->last_start_failure < shared->backoff_usec)
 		return -1;
 
 	memset(&bgw, 0, sizeof(bgw));
@@ -171,7 +186,7 @@ ensure_worker(Oid dboid, TimestampTz now)
 
 	if (!RegisterDynamicBackgroundWorker(&bgw, &handle))
 	{
-		shared->last_start_failure = now;
+		note_start_failure(now);
 		return -1;
 	}
 	pfree(handle);
@@ -347,6 +362,8 @@ worker_detach(int code, Datum arg)
 	}
 	shared->workers[my_worker].in_use = false;
 	shared->workers[my_worker].pid = 0;
+	if (code != 0)
+		note_start_failure(GetCurrentTimestamp());
 	LWLockRelease(shared->lock);
 }
 
@@ -428,6 +445,7 @@ pklimit_worker_answer(const int *slots, const PklimitAnswer *answers, int n)
 			set_latch_of(slot->caller_procno);
 		}
 	}
+	shared->backoff_usec = 0;
 	LWLockRelease(shared->lock);
 }
 

@@ -44,6 +44,7 @@ fi
 if [ "$layers" = all ] || [ "$layers" = tap ]; then
 	log "TAP tests (prove)"
 	rc=0
+	rm -rf "$BUILD_DIR/tmp_check"
 	(cd "$BUILD_DIR" && as_user env PG_REGRESS=$PG_BIN/../lib/pgxs/src/test/regress/pg_regress \
 		prove -v -I "$PG_BIN/../lib/pgxs/src/test/perl" -I test/t test/t/*.pl) \
 		>"$WORKDIR/tap.log" 2>&1 || rc=$?

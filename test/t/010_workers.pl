@@ -1,0 +1,88 @@
+# Workers: a stopped worker costs at most the budget and the call answers as
+# pklimit.on_unavailable says; cancelled calls leak no queue slot; a
+# terminated worker is replaced; two databases keep separate counts; DROP
+# DATABASE is not blocked by a worker.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use PklimitTest;
+
+my $node = pklimit_node('workers', "pklimit.queue_size = 16\n");
+
+# --- a worker that does not answer: fail open within the budget, then recover
+my $pid = worker_pid($node);
+ok($pid, "worker running (pid $pid)");
+kill 'STOP', $pid;
+my ($out, $err, $secs) = timed_psql($node, 'postgres',
+	"SET pklimit.timeout = '500ms'; SELECT allowed, status FROM pklimit_check('stuck', 1, '36500 days')");
+is($out, 't|timeout', 'no answer within the budget: allowed, status timeout');
+like($err, qr/WARNING:  pklimit store unavailable: timeout/, 'with a warning');
+cmp_ok($secs, '<', 5, 'the call returned (budget 500 ms)');
+($out) = timed_psql($node, 'postgres',
+	"SET pklimit.timeout = '200ms'; SET pklimit.on_unavailable = deny; SELECT pklimit_allow('stuck', 1, '36500 days')");
+is($out, 'f', 'on_unavailable = deny refuses');
+($out, $err) = timed_psql($node, 'postgres',
+	"SET pklimit.timeout = '200ms'; SET pklimit.on_unavailable = error; SELECT pklimit_allow('stuck', 1, '36500 days')");
+like($err, qr/ERROR:  pklimit store unavailable: timeout/, 'on_unavailable = error raises');
+
+# --- cancelled calls free their queue slots (the queue has only 16)
+my $script = "SET pklimit.timeout = '10s'; SET statement_timeout = '30ms';\n"
+  . "SELECT pklimit_allow('cancelled', 1000, '36500 days');\n" x 40;
+($out, $err) = timed_psql($node, 'postgres', $script);
+my $cancels = () = $err =~ /canceling statement due to statement timeout/g;
+is($cancels, 40, '40 calls cancelled by statement_timeout while waiting');
+$node->safe_psql('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE false");
+kill 'CONT', $pid;
+is($node->safe_psql('postgres', "SELECT pklimit_count('cancelled')"), '0',
+	'no cancelled call was recorded');
+$out = $node->safe_psql('postgres',
+	"SELECT string_agg(status, ',' ORDER BY i) FILTER (WHERE status <> 'ok') FROM generate_series(1, 40) i, LATERAL pklimit_check('after-' || i % 2, 1000, '36500 days')");
+is($out, '', '40 calls after resuming: every one answered ok (no slot leaked)');
+is($node->safe_psql('postgres', "SELECT pklimit_count('after-0') + pklimit_count('after-1')"),
+	'40', 'and counted exactly');
+is($node->safe_psql('postgres', "SELECT pklimit_count('stuck')"), '0',
+	'calls that timed out before a worker took them were not recorded');
+
+# --- pg_cancel_backend on a waiting call
+kill 'STOP', $pid;
+my $bg = $node->background_psql('postgres', on_error_stop => 0);
+$bg->query_until(qr/start/, "\\echo start\nSET pklimit.timeout = '20s';\nSELECT pklimit_allow('cancel-me', 5, '36500 days');\n");
+ok($node->poll_query_until('postgres',
+	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE '%cancel-me%' AND pid <> pg_backend_pid() AND wait_event = 'Extension'"),
+	'a waiting call can be cancelled');
+$bg->quit;
+kill 'CONT', $pid;
+is($node->safe_psql('postgres', "SELECT pklimit_count('cancel-me')"), '0', 'the cancelled call was not recorded');
+
+# --- a terminated worker is replaced and no count is lost
+$node->safe_psql('postgres', "SELECT pklimit_allow('kept', 10, '36500 days') FROM generate_series(1, 3)");
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid"),
+	'worker terminated');
+($out, $err, $secs) = timed_psql($node, 'postgres', "SELECT pklimit_allow('kept', 10, '36500 days')");
+is($out, 't', 'a call after the worker was terminated is answered');
+is($err, '', 'by a new worker, without a warning');
+isnt(worker_pid($node), $pid, 'the new worker has another pid');
+is($node->safe_psql('postgres', "SELECT pklimit_count('kept')"), '4', 'count exact across the replacement');
+
+# --- two databases: separate tables, separate workers, separate counts
+$node->safe_psql('postgres', 'CREATE DATABASE other');
+$node->safe_psql('other', 'CREATE EXTENSION pklimit');
+$node->safe_psql('other', "SELECT pklimit_allow('shared-name', 10, '36500 days') FROM generate_series(1, 5)");
+$node->safe_psql('postgres', "SELECT pklimit_allow('shared-name', 10, '36500 days') FROM generate_series(1, 2)");
+is($node->safe_psql('other', "SELECT pklimit_count('shared-name')"), '5', 'database other counts its own');
+is($node->safe_psql('postgres', "SELECT pklimit_count('shared-name')"), '2', 'database postgres counts its own');
+is($node->safe_psql('postgres',
+	"SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_stat_activity WHERE backend_type = 'pklimit worker'"),
+	'other,postgres', 'one worker per database');
+
+# --- DROP DATABASE is not blocked by the worker connected to it
+is($node->psql('postgres', 'DROP DATABASE other'), 0, 'DROP DATABASE succeeds while a worker serves it');
+
+$node->stop;
+ok(!kill(0, $pid), 'workers end with the server');
+done_testing();

@@ -1,0 +1,43 @@
+# Unavailable stores: with max_worker_processes exhausted no worker can
+# start, and calls answer within the budget as no_worker, without a log
+# flood; on a hot standby calls answer as read_only.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use PklimitTest;
+
+# The logical replication launcher takes the only background worker slot.
+my $node = pklimit_node('exhausted', "max_worker_processes = 1\n");
+my ($out, $err, $secs) = timed_psql($node, 'postgres',
+	"SET pklimit.timeout = '300ms'; SELECT allowed, status FROM pklimit_check('k', 1, '36500 days')");
+is($out, 't|no_worker', 'no worker slot: allowed, status no_worker');
+like($err, qr/WARNING:  pklimit store unavailable: no_worker/, 'with a warning');
+cmp_ok($secs, '<', 5, 'within the budget');
+($out) = timed_psql($node, 'postgres',
+	"SET pklimit.timeout = '50ms'; SELECT count(*) FROM generate_series(1, 50), LATERAL pklimit_check('k', 1, '36500 days') c WHERE c.status = 'no_worker'");
+is($out, '50', '50 calls in a row all answer no_worker');
+my $log = slurp_file($node->logfile);
+my $lines = () = $log =~ /background worker/g;
+cmp_ok($lines, '<', 5, 'the server log is not flooded with worker start failures');
+$node->stop;
+
+# A hot standby answers read_only.
+my $primary = pklimit_node('primary', '', allows_streaming => 1);
+$primary->safe_psql('postgres', "SELECT pklimit_allow('replicated', 5, '36500 days')");
+$primary->backup('b');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($primary, 'b', has_streaming => 1);
+$standby->start;
+$primary->wait_for_catchup($standby);
+($out, $err) = timed_psql($standby, 'postgres',
+	"SELECT allowed, status FROM pklimit_check('replicated', 5, '36500 days')");
+is($out, 't|read_only', 'a hot standby answers read_only');
+like($err, qr/pklimit store unavailable: read_only/, 'with a warning');
+is($primary->safe_psql('postgres', "SELECT pklimit_count('replicated')"), '1', 'and records nothing');
+$standby->stop;
+$primary->stop;
+done_testing();
