@@ -107,6 +107,97 @@ AS 'MODULE_PATHNAME', 'pklimit_purge'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.pklimit_purge(pg_catalog.interval) IS
-'Deletes every row, for all tenants, whose window closed more than retention (default 1 day) ago; returns the number of rows deleted.';
+'Deletes every row, for all tenants, whose window closed more than retention (default 1 day) ago, in batches committed one by one; returns the number of rows deleted, or 0 if a purge of this database is already running.';
 
 REVOKE ALL ON FUNCTION @extschema@.pklimit_purge(pg_catalog.interval) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.pklimit_purge_status(
+	OUT running pg_catalog.bool, OUT started_at pg_catalog.timestamptz,
+	OUT finished_at pg_catalog.timestamptz, OUT cutoff pg_catalog.timestamptz,
+	OUT deleted pg_catalog.int8, OUT failed pg_catalog.bool)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pklimit_purge_status'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pklimit_purge_status() IS
+'The last purge of the current database since the server started: whether it runs, when it started and finished, its cutoff, rows deleted and whether it failed. No row if none ran.';
+
+CREATE VIEW @extschema@.pklimit_purge_status AS
+	SELECT * FROM @extschema@.pklimit_purge_status();
+
+COMMENT ON VIEW @extschema@.pklimit_purge_status IS
+'The last purge of the current database since the server started (see pklimit_purge_status()).';
+
+REVOKE ALL ON FUNCTION @extschema@.pklimit_purge_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.pklimit_purge_status() TO pg_monitor;
+GRANT SELECT ON @extschema@.pklimit_purge_status TO pg_monitor;
+
+-- Scheduling the purge with pg_cron.  pg_cron runs in one database
+-- (cron.database_name); pklimit schedules its purge there itself, and from
+-- any other database says how to schedule it from there.  Only the pg_cron
+-- extension's own functions are called, never a planted "cron" schema.
+CREATE FUNCTION @extschema@.pklimit_schedule_purge(
+	schedule pg_catalog.text DEFAULT '0 * * * *')
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	cron_db text := pg_catalog.current_setting('cron.database_name', true);
+	command text := pg_catalog.format('SELECT %I.pklimit_purge()', '@extschema@');
+	job_id bigint;
+BEGIN
+	IF schedule IS NULL THEN
+		RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+			MESSAGE = 'schedule must not be null';
+	END IF;
+	IF cron_db IS NULL OR cron_db = '' THEN
+		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+			MESSAGE = 'pg_cron is not loaded, so the pklimit purge is not scheduled',
+			HINT = pg_catalog.format('Add pg_cron to shared_preload_libraries and restart, or run %s hourly from another scheduler.', command);
+	END IF;
+	IF cron_db OPERATOR(pg_catalog.<>) pg_catalog.current_database() THEN
+		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+			MESSAGE = pg_catalog.format('pg_cron runs in database %s, so the pklimit purge of database %s is not scheduled',
+				cron_db, pg_catalog.current_database()),
+			HINT = pg_catalog.format('Connected to database %s, run: SELECT cron.schedule_in_database(%L, %L, %L, %L);',
+				cron_db, 'pklimit-purge-' OPERATOR(pg_catalog.||) pg_catalog.current_database(),
+				schedule, command, pg_catalog.current_database());
+	END IF;
+	-- the schema "cron" must be the pg_cron extension's own
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+				   JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+				   WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+				   AND d.objid OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace('cron')
+				   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+				   AND d.deptype OPERATOR(pg_catalog.=) 'e'
+				   AND e.extname OPERATOR(pg_catalog.=) 'pg_cron') THEN
+		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+			MESSAGE = 'the pg_cron extension is not installed in this database, so the pklimit purge is not scheduled',
+			HINT = 'Run CREATE EXTENSION pg_cron; then SELECT pklimit_schedule_purge();';
+	END IF;
+	-- cron.schedule replaces a job of the same name and owner: never a duplicate
+	EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO job_id
+		USING 'pklimit-purge', schedule, command;
+	RETURN job_id;
+END
+$fn$;
+
+COMMENT ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) IS
+'Schedules SELECT pklimit_purge() as the pg_cron job pklimit-purge (default: hourly, 0 * * * *) and returns its job id; where pg_cron cannot be reached from this database, raises 55000 with a hint giving the call to run instead.';
+
+REVOKE ALL ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) FROM PUBLIC;
+
+-- Schedule the purge now if this is pg_cron's database; otherwise say why
+-- not (as a WARNING: CREATE EXTENSION hides notices).
+DO $do$
+DECLARE
+	msg text;
+	hint text;
+BEGIN
+	PERFORM @extschema@.pklimit_schedule_purge();
+EXCEPTION WHEN object_not_in_prerequisite_state THEN
+	GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+	RAISE WARNING '%', msg USING HINT = hint;
+END
+$do$;

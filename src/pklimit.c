@@ -13,6 +13,7 @@
 
 #include "access/xlog.h"
 #include "commands/dbcommands.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -75,9 +76,48 @@ shmem_startup(void)
 	pklimit_shmem_startup();
 }
 
+/* Does this statement drop the installed pklimit extension? */
+static bool
+drops_pklimit(Node *parsetree)
+{
+	DropStmt   *stmt = (DropStmt *) parsetree;
+	ListCell   *lc;
+
+	if (!IsA(parsetree, DropStmt) || stmt->removeType != OBJECT_EXTENSION ||
+		!OidIsValid(get_extension_oid("pklimit", true)))
+		return false;
+	foreach(lc, stmt->objects)
+	{
+		if (strcmp(strVal(lfirst(lc)), "pklimit") == 0)
+			return true;
+	}
+	return false;
+}
+
 /*
- * A worker connected to a database would make DROP DATABASE fail, so the
- * database's workers are asked to exit first.
+ * Remove the pg_cron job that CREATE EXTENSION scheduled, in the same
+ * transaction as DROP EXTENSION, so no job is left calling a dropped
+ * function.  Only pg_cron's own functions are called.
+ */
+static void
+unschedule_purge(void)
+{
+	if (!OidIsValid(get_extension_oid("pg_cron", true)))
+		return;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute("SELECT cron.unschedule(j.jobid) FROM cron.job j"
+					" WHERE j.jobname OPERATOR(pg_catalog.=) 'pklimit-purge'"
+					" AND j.database OPERATOR(pg_catalog.=) pg_catalog.current_database()",
+					false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not unschedule the pklimit purge");
+	SPI_finish();
+}
+
+/*
+ * DROP DATABASE: a worker connected to the database would make it fail, so
+ * the database's workers are asked to exit first.  DROP EXTENSION pklimit:
+ * its pg_cron job goes with it.
  */
 static void
 process_utility(PlannedStmt *pstmt, const char *queryString,
@@ -85,9 +125,12 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 				ParamListInfo params, QueryEnvironment *queryEnv,
 				DestReceiver *dest, QueryCompletion *qc)
 {
-	if (IsA(pstmt->utilityStmt, DropdbStmt))
+	Node	   *parsetree = pstmt->utilityStmt;
+	bool		dropping_pklimit = drops_pklimit(parsetree);
+
+	if (IsA(parsetree, DropdbStmt))
 	{
-		DropdbStmt *stmt = (DropdbStmt *) pstmt->utilityStmt;
+		DropdbStmt *stmt = (DropdbStmt *) parsetree;
 
 		pklimit_terminate_workers(get_database_oid(stmt->dbname, true));
 	}
@@ -97,6 +140,8 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 	else
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
 								params, queryEnv, dest, qc);
+	if (dropping_pklimit)
+		unschedule_purge();
 }
 
 void
@@ -248,6 +293,17 @@ window_arg(FunctionCallInfo fcinfo)
 	return usec;
 }
 
+static void
+check_preloaded(void)
+{
+	if (!pklimit_preloaded())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pklimit is not loaded"),
+				 errdetail("pklimit records events through background workers, which need shared memory set up at server start."),
+				 errhint("Add pklimit to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
 /*
  * Hand one operation to this database's worker and wait for the answer,
  * within pklimit.timeout.
@@ -258,13 +314,7 @@ run_operation(FunctionCallInfo fcinfo, PklimitOpKind kind,
 {
 	PklimitRequest request;
 
-	if (!pklimit_preloaded())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pklimit is not loaded"),
-				 errdetail("pklimit records events through background workers, which need shared memory set up at server start."),
-				 errhint("Add pklimit to shared_preload_libraries in postgresql.conf and restart the server.")));
-
+	check_preloaded();
 	memset(answer, 0, sizeof(*answer));
 	if (RecoveryInProgress())
 	{
@@ -316,7 +366,7 @@ status_name(PklimitStatus status)
  * (allow) or false (deny).
  */
 static bool
-unavailable(const PklimitAnswer *answer)
+unavailable(const PklimitAnswer *answer, bool force_error)
 {
 	int			sqlstate;
 	char	   *detail;
@@ -355,7 +405,14 @@ unavailable(const PklimitAnswer *answer)
 			break;
 	}
 
-	if (pklimit_on_unavailable == ON_UNAVAILABLE_ERROR)
+	/* a purge reports its own failure as the error it was */
+	if (force_error && answer->status == PKLIMIT_STORE_ERROR)
+		ereport(ERROR,
+				(errcode(sqlstate),
+				 errmsg_internal("%s", answer->message),
+				 errcontext("pklimit purge")));
+
+	if (force_error || pklimit_on_unavailable == ON_UNAVAILABLE_ERROR)
 		ereport(ERROR,
 				(errcode(sqlstate),
 				 errmsg("pklimit store unavailable: %s", status_name(answer->status)),
@@ -381,7 +438,7 @@ hit(FunctionCallInfo fcinfo, const char *stored_key, int64 max_count,
 {
 	run_operation(fcinfo, PKLIMIT_OP_HIT, stored_key, window_usec, answer);
 	if (answer->status != PKLIMIT_OK)
-		return unavailable(answer);
+		return unavailable(answer, false);
 	return answer->result.count <= max_count;
 }
 
@@ -460,7 +517,7 @@ pklimit_count(PG_FUNCTION_ARGS)
 	run_operation(fcinfo, PKLIMIT_OP_COUNT, stored_key, 0, &answer);
 	if (answer.status != PKLIMIT_OK)
 	{
-		(void) unavailable(&answer);
+		(void) unavailable(&answer, false);
 		PG_RETURN_NULL();
 	}
 	PG_RETURN_INT64(answer.result.found ? answer.result.count : 0);
@@ -477,16 +534,19 @@ pklimit_forget(PG_FUNCTION_ARGS)
 	run_operation(fcinfo, PKLIMIT_OP_FORGET, stored_key, 0, &answer);
 	if (answer.status != PKLIMIT_OK)
 	{
-		(void) unavailable(&answer);
+		(void) unavailable(&answer, false);
 		PG_RETURN_NULL();
 	}
 	PG_RETURN_BOOL(answer.result.found);
 }
 
 /*
- * Delete rows whose window closed more than retention ago.  Runs as the
- * caller: EXECUTE is not granted to PUBLIC, and a caller without DELETE on
- * the table gets a permission error rather than a silent zero.
+ * Delete rows whose window closed more than retention ago, in batches that
+ * the worker commits one by one.  The caller waits pklimit.timeout for a
+ * worker to take it, then until the purge is done (statement_timeout and
+ * cancel apply).  The batches run
+ * as the caller, so its privileges on the table decide; EXECUTE is not
+ * granted to PUBLIC.
  */
 PG_FUNCTION_INFO_V1(pklimit_purge);
 Datum
@@ -494,34 +554,73 @@ pklimit_purge(PG_FUNCTION_ARGS)
 {
 	Interval   *retention;
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz cutoff;
-	int64		deleted;
-	int			save_nestlevel;
+	PklimitRequest request;
+	PklimitAnswer answer;
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("retention must not be null")));
 	retention = PG_GETARG_INTERVAL_P(0);
-	cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
-													 TimestampTzGetDatum(now),
-													 IntervalPGetDatum(retention)));
-	if (cutoff > now)
+
+	memset(&request, 0, sizeof(request));
+	request.kind = PKLIMIT_OP_PURGE;
+	request.cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+															 TimestampTzGetDatum(now),
+															 IntervalPGetDatum(retention)));
+	if (request.cutoff > now)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("retention must not be negative")));
 
-	save_nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp",
-							 PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	deleted = pklimit_store_purge(get_func_namespace(fcinfo->flinfo->fn_oid), cutoff);
-	SPI_finish();
-	AtEOXact_GUC(false, save_nestlevel);
+	check_preloaded();
+	memset(&answer, 0, sizeof(answer));
+	if (RecoveryInProgress())
+		answer.status = PKLIMIT_READ_ONLY;
+	else
+	{
+		request.dboid = MyDatabaseId;
+		request.nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+		request.userid = GetUserId();
+		request.deadline = now + (TimestampTz) pklimit_timeout * 1000;
+		pklimit_submit(&request, &answer);
+	}
+	if (answer.status != PKLIMIT_OK)
+		(void) unavailable(&answer, true);
+	if (!answer.result.found)
+	{
+		ereport(NOTICE,
+				(errmsg("a purge of this database is already running"),
+				 errdetail("This call deleted nothing.")));
+		PG_RETURN_INT64(0);
+	}
+	PG_RETURN_INT64(answer.result.count);
+}
 
-	PG_RETURN_INT64(deleted);
+/* The last purge of the current database since the server started. */
+PG_FUNCTION_INFO_V1(pklimit_purge_status);
+Datum
+pklimit_purge_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	PklimitPurgeStatus status;
+	Datum		values[6];
+	bool		nulls[6] = {0};
+
+	check_preloaded();
+	InitMaterializedSRF(fcinfo, 0);
+	if (pklimit_status_of_purge(MyDatabaseId, &status))
+	{
+		values[0] = BoolGetDatum(status.running);
+		values[1] = TimestampTzGetDatum(status.started_at);
+		values[2] = TimestampTzGetDatum(status.finished_at);
+		nulls[2] = status.running;
+		values[3] = TimestampTzGetDatum(status.cutoff);
+		values[4] = Int64GetDatum(status.deleted);
+		values[5] = BoolGetDatum(status.failed);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }
 
 /* The row level security predicate: true only inside pklimit's statements. */

@@ -16,12 +16,16 @@
 /* Longest stored key kept readable; longer ones are stored as a digest. */
 #define PKLIMIT_MAX_READABLE_KEY 256
 
+/* Rows a purge deletes per transaction. */
+#define PKLIMIT_PURGE_BATCH 1000
+
 /* What one request asks of the table. */
 typedef enum PklimitOpKind
 {
 	PKLIMIT_OP_HIT,				/* record events, return the new count */
 	PKLIMIT_OP_COUNT,			/* read the count of the open window */
-	PKLIMIT_OP_FORGET			/* delete the key's row */
+	PKLIMIT_OP_FORGET,			/* delete the key's row */
+	PKLIMIT_OP_PURGE			/* delete rows whose window ended before cutoff */
 } PklimitOpKind;
 
 /* The answer to one operation. */
@@ -55,6 +59,8 @@ typedef struct PklimitRequest
 	int64		window_usec;	/* window length, for a hit */
 	int64		events;			/* events to record, for a hit */
 	TimestampTz deadline;		/* the caller stops waiting at this moment */
+	TimestampTz cutoff;			/* for a purge */
+	Oid			userid;			/* for a purge: the role it runs as */
 	char		key[PKLIMIT_MAX_READABLE_KEY + 1];	/* stored key */
 } PklimitRequest;
 
@@ -66,6 +72,17 @@ typedef struct PklimitAnswer
 	char		message[128];	/* for a store error */
 	PklimitResult result;
 } PklimitAnswer;
+
+/* What a database's last purge did, since the server started. */
+typedef struct PklimitPurgeStatus
+{
+	bool		running;
+	TimestampTz started_at;
+	TimestampTz finished_at;	/* 0 while the first purge runs */
+	TimestampTz cutoff;			/* rows whose window ended before this */
+	int64		deleted;		/* rows deleted so far, or in all */
+	bool		failed;
+} PklimitPurgeStatus;
 
 /* settings (pklimit.c) */
 extern int	pklimit_default_max;
@@ -89,6 +106,10 @@ extern void pklimit_worker_answer(const int *slots, const PklimitAnswer *answers
 								  int n);
 extern bool pklimit_worker_retire(void);
 extern void pklimit_terminate_workers(Oid dboid);
+extern bool pklimit_worker_abandoned(int slot);
+extern void pklimit_purge_begin(TimestampTz cutoff);
+extern void pklimit_purge_progress(int64 deleted, bool running, bool failed);
+extern bool pklimit_status_of_purge(Oid dboid, PklimitPurgeStatus *status);
 
 /* worker.c */
 extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
@@ -97,7 +118,7 @@ extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
 extern void pklimit_store_apply(Oid nspid, PklimitOpKind kind,
 								const char *stored_key, int64 window_usec,
 								int64 events, PklimitResult *result);
-extern int64 pklimit_store_purge(Oid nspid, TimestampTz cutoff);
+extern int64 pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit);
 extern Oid	pklimit_store_owner(Oid nspid);
 extern bool pklimit_in_system;
 

@@ -73,6 +73,12 @@ typedef struct WorkerEntry
 	TimestampTz registered_at;
 } WorkerEntry;
 
+typedef struct PurgeEntry
+{
+	Oid			dboid;			/* InvalidOid: unused */
+	PklimitPurgeStatus status;
+} PurgeEntry;
+
 typedef struct SharedState
 {
 	LWLock	   *lock;
@@ -80,6 +86,7 @@ typedef struct SharedState
 	TimestampTz last_start_failure;
 	int64		backoff_usec;	/* current wait after a failure */
 	WorkerEntry *workers;		/* pklimit_max_workers entries */
+	PurgeEntry *purges;			/* pklimit_max_workers entries */
 	Slot	   *slots;			/* pklimit_queue_size entries */
 } SharedState;
 
@@ -92,6 +99,7 @@ shared_size(void)
 	Size		size = MAXALIGN(sizeof(SharedState));
 
 	size = add_size(size, mul_size(pklimit_max_workers, sizeof(WorkerEntry)));
+	size = add_size(size, mul_size(pklimit_max_workers, sizeof(PurgeEntry)));
 	size = add_size(size, mul_size(pklimit_queue_size, sizeof(Slot)));
 	return size;
 }
@@ -118,7 +126,8 @@ pklimit_shmem_startup(void)
 		shared->lock = &(GetNamedLWLockTranche("pklimit"))->lock;
 	}
 	shared->workers = (WorkerEntry *) (base + MAXALIGN(sizeof(SharedState)));
-	shared->slots = (Slot *) (shared->workers + pklimit_max_workers);
+	shared->purges = (PurgeEntry *) (shared->workers + pklimit_max_workers);
+	shared->slots = (Slot *) (shared->purges + pklimit_max_workers);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -248,7 +257,7 @@ release_slot_on_error(int code, Datum arg)
 
 /*
  * Hand one request to this database's worker and wait for its answer, at
- * most until request->deadline.  Never raises an error of its own: every way
+ * most until request->deadline (for a purge: until a worker has taken it).  Never raises an error of its own: every way
  * the store can be unreachable comes back as answer->status.  Query cancel
  * and termination are honoured while waiting, and free the slot.
  */
@@ -259,6 +268,7 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 	int			worker;
 	bool		had_worker;
 	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz deadline = request->deadline;
 
 	memset(answer, 0, sizeof(*answer));
 
@@ -308,16 +318,20 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 				had_worker |= (worker >= 0);
 				wake_worker(worker);
 			}
+			/* a purge, once a worker has it, runs to its end */
+			if (request->kind == PKLIMIT_OP_PURGE &&
+				shared->slots[slotno].state == SLOT_TAKEN)
+				deadline = DT_NOEND;
 			LWLockRelease(shared->lock);
 
 			now = GetCurrentTimestamp();
-			if (now >= request->deadline)
+			if (now >= deadline)
 			{
 				if (!release_slot(slotno, answer))
 					answer->status = had_worker ? PKLIMIT_TIMEOUT : PKLIMIT_NO_WORKER;
 				break;
 			}
-			wait_ms = Min(POLL_MS, (request->deadline - now + 999) / 1000);
+			wait_ms = Min(POLL_MS, (deadline - now + 999) / 1000);
 			(void) WaitLatch(MyLatch,
 							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 wait_ms, PG_WAIT_EXTENSION);
@@ -492,4 +506,93 @@ pklimit_terminate_workers(Oid dboid)
 			kill(w->pid, SIGTERM);
 	}
 	LWLockRelease(shared->lock);
+}
+
+/* Has the caller of a taken slot stopped waiting? */
+bool
+pklimit_worker_abandoned(int slotno)
+{
+	bool		abandoned;
+
+	LWLockAcquire(shared->lock, LW_SHARED);
+	abandoned = (shared->slots[slotno].state == SLOT_ABANDONED);
+	LWLockRelease(shared->lock);
+	return abandoned;
+}
+
+/*
+ * This database's purge entry.  Each database keeps one; when all are taken,
+ * the one whose purge finished longest ago is reused.  Lock held.
+ */
+static PurgeEntry *
+purge_entry(void)
+{
+	PurgeEntry *oldest = NULL;
+
+	for (int i = 0; i < pklimit_max_workers; i++)
+		if (shared->purges[i].dboid == MyDatabaseId)
+			return &shared->purges[i];
+	for (int i = 0; i < pklimit_max_workers; i++)
+	{
+		PurgeEntry *e = &shared->purges[i];
+
+		if (e->dboid == InvalidOid)
+			return e;
+		if (!e->status.running &&
+			(oldest == NULL || e->status.finished_at < oldest->status.finished_at))
+			oldest = e;
+	}
+	return oldest;				/* never NULL: this worker's own entry is idle */
+}
+
+/* A purge of this database starts. */
+void
+pklimit_purge_begin(TimestampTz cutoff)
+{
+	PurgeEntry *entry;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	entry = purge_entry();
+	entry->dboid = MyDatabaseId;
+	memset(&entry->status, 0, sizeof(entry->status));
+	entry->status.running = true;
+	entry->status.started_at = GetCurrentTimestamp();
+	entry->status.cutoff = cutoff;
+	LWLockRelease(shared->lock);
+}
+
+/* Rows deleted so far by this database's purge; running false at the end. */
+void
+pklimit_purge_progress(int64 deleted, bool running, bool failed)
+{
+	PurgeEntry *entry;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	entry = purge_entry();
+	entry->status.deleted = deleted;
+	entry->status.running = running;
+	entry->status.failed = failed;
+	if (!running)
+		entry->status.finished_at = GetCurrentTimestamp();
+	LWLockRelease(shared->lock);
+}
+
+/* The last purge of dboid since the server started; false if none. */
+bool
+pklimit_status_of_purge(Oid dboid, PklimitPurgeStatus *status)
+{
+	bool		found = false;
+
+	LWLockAcquire(shared->lock, LW_SHARED);
+	for (int i = 0; i < pklimit_max_workers; i++)
+	{
+		if (shared->purges[i].dboid == dboid)
+		{
+			*status = shared->purges[i].status;
+			found = true;
+			break;
+		}
+	}
+	LWLockRelease(shared->lock);
+	return found;
 }

@@ -75,16 +75,24 @@ static const char *const plan_sql[NUM_PLANS] = {
 	"DELETE FROM %s.platformkit_limits l"
 	" WHERE l.key OPERATOR(pg_catalog.=) $1",
 
+	/*
+	 * One batch of the purge.  The window end is checked again on delete, so
+	 * a row that got a new event meanwhile stays.
+	 */
 	"DELETE FROM %s.platformkit_limits l"
-	" WHERE l.window_end OPERATOR(pg_catalog.<) $1",
+	" WHERE l.key OPERATOR(pg_catalog.=) ANY (ARRAY("
+	"  SELECT e.key FROM %s.platformkit_limits e"
+	"  WHERE e.window_end OPERATOR(pg_catalog.<) $1"
+	"  ORDER BY e.window_end LIMIT $2))"
+	" AND l.window_end OPERATOR(pg_catalog.<) $1",
 };
 
-static const int plan_nargs[NUM_PLANS] = {3, 1, 1, 1};
+static const int plan_nargs[NUM_PLANS] = {3, 1, 1, 2};
 static Oid	plan_argtypes[NUM_PLANS][3] = {
 	{TEXTOID, INTERVALOID, INT8OID},
 	{TEXTOID},
 	{TEXTOID},
-	{TIMESTAMPTZOID},
+	{TIMESTAMPTZOID, INT8OID},
 };
 
 /*
@@ -135,7 +143,8 @@ get_plan(Oid nspid, int which)
 
 		if (nspname == NULL)
 			elog(ERROR, "schema with OID %u does not exist", nspid);
-		sql = psprintf(plan_sql[which], quote_identifier(nspname));
+		nspname = (char *) quote_identifier(nspname);
+		sql = psprintf(plan_sql[which], nspname, nspname);
 		plan = SPI_prepare(sql, plan_nargs[which], plan_argtypes[which]);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed for pklimit statement: %s",
@@ -231,17 +240,24 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 				elog(ERROR, "pklimit: forgetting a key returned %d", rc);
 			result->found = (SPI_processed > 0);
 			break;
+		case PKLIMIT_OP_PURGE:
+			elog(ERROR, "pklimit: a purge is not a single operation");
+			break;
 	}
 }
 
-/* Delete every row whose window ended before cutoff; returns rows deleted. */
+/*
+ * Delete at most limit rows whose window ended before cutoff; returns rows
+ * deleted.
+ */
 int64
-pklimit_store_purge(Oid nspid, TimestampTz cutoff)
+pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit)
 {
-	Datum		values[1];
+	Datum		values[2];
 	int			rc;
 
 	values[0] = TimestampTzGetDatum(cutoff);
+	values[1] = Int64GetDatum(limit);
 	rc = run_plan(nspid, PLAN_PURGE, values, false);
 	if (rc != SPI_OK_DELETE)
 		elog(ERROR, "pklimit: purge returned %d", rc);

@@ -15,6 +15,11 @@
  * the callers' remaining budget (lock_timeout), so a row locked by anyone,
  * even by a waiting caller's own open transaction, never hangs the worker.
  *
+ * A purge deletes in batches of PKLIMIT_PURGE_BATCH rows, each committed on
+ * its own, and the worker serves queued requests between two batches, so a
+ * million expired rows neither hold locks for long nor stall the callers.
+ * A purge requested while one runs returns at once.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -38,7 +43,15 @@
 /* Most requests applied in one transaction. */
 #define BATCH_MAX 256
 
+/* Longest a purge batch waits for a row lock before the purge fails. */
+#define PURGE_LOCK_TIMEOUT "5s"
+
 static MemoryContext batch_context;
+
+/* The purge in progress, if purge_slot >= 0. */
+static int	purge_slot = -1;
+static PklimitRequest purge_request;
+static int64 purge_deleted;
 
 /* The caller's view of a failed transaction, from the error's SQLSTATE. */
 static void
@@ -173,6 +186,128 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers, int n)
 	}
 }
 
+/* Answer the running purge's caller and forget the purge. */
+static void
+purge_finish(PklimitAnswer *answer, bool failed)
+{
+	pklimit_purge_progress(purge_deleted, false, failed);
+	pklimit_worker_answer(&purge_slot, answer, 1);
+	purge_slot = -1;
+}
+
+/* Delete one batch of the running purge, in a transaction of its own. */
+static void
+purge_step(void)
+{
+	PklimitAnswer answer;
+	volatile int64 deleted = 0;
+
+	memset(&answer, 0, sizeof(answer));
+	if (pklimit_worker_abandoned(purge_slot))
+	{
+		purge_finish(&answer, false);
+		return;
+	}
+
+	PG_TRY();
+	{
+		Oid			save_userid;
+		int			save_sec_context;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		/* a row locked by someone else fails the purge, never hangs it */
+		(void) set_config_option("lock_timeout", PURGE_LOCK_TIMEOUT, PGC_SUSET,
+								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+		pgstat_report_activity(STATE_RUNNING, "pklimit: purge");
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		/* the purge runs as its caller: its privileges decide */
+		GetUserIdAndSecContext(&save_userid, &save_sec_context);
+		SetUserIdAndSecContext(purge_request.userid,
+							   save_sec_context |
+							   SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_RESTRICTED_OPERATION);
+		deleted = pklimit_store_purge(purge_request.nspid, purge_request.cutoff,
+									  PKLIMIT_PURGE_BATCH);
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(batch_context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		ereport(LOG,
+				(errmsg("pklimit purge failed after deleting " INT64_FORMAT " rows: %s",
+						purge_deleted, edata->message)));
+		answer_error(&answer, edata);
+		purge_finish(&answer, true);
+		deleted = -1;
+	}
+	PG_END_TRY();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	MemoryContextSwitchTo(TopMemoryContext);
+	MemoryContextReset(batch_context);
+	if (deleted < 0)
+		return;
+
+	purge_deleted += deleted;
+	if (deleted < PKLIMIT_PURGE_BATCH)
+	{
+		answer.status = PKLIMIT_OK;
+		answer.result.found = true;
+		answer.result.count = purge_deleted;
+		purge_finish(&answer, false);
+	}
+	else
+		pklimit_purge_progress(purge_deleted, true, false);
+}
+
+/*
+ * Take purge requests out of a batch: the first starts a purge if none
+ * runs, any other is answered at once as not run.  Returns the number of
+ * requests left, compacted at the front.
+ */
+static int
+take_purges(PklimitRequest *requests, int *slots, int n)
+{
+	int			left = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (requests[i].kind != PKLIMIT_OP_PURGE)
+		{
+			requests[left] = requests[i];
+			slots[left++] = slots[i];
+		}
+		else if (purge_slot < 0)
+		{
+			purge_slot = slots[i];
+			purge_request = requests[i];
+			purge_deleted = 0;
+			pklimit_purge_begin(purge_request.cutoff);
+		}
+		else
+		{
+			PklimitAnswer answer;
+
+			memset(&answer, 0, sizeof(answer));
+			answer.status = PKLIMIT_OK;
+			answer.result.found = false;	/* another purge is running */
+			pklimit_worker_answer(&slots[i], &answer, 1);
+		}
+	}
+	return left;
+}
+
 void
 pklimit_worker_main(Datum main_arg)
 {
@@ -218,14 +353,25 @@ pklimit_worker_main(Datum main_arg)
 		n = pklimit_worker_take(requests, slots, BATCH_MAX);
 		if (n > 0)
 		{
-			MemoryContextSwitchTo(batch_context);
-			apply_batch(requests, answers, n);
-			pklimit_worker_answer(slots, answers, n);
-			MemoryContextSwitchTo(TopMemoryContext);
-			MemoryContextReset(batch_context);
+			n = take_purges(requests, slots, n);
+			if (n > 0)
+			{
+				MemoryContextSwitchTo(batch_context);
+				apply_batch(requests, answers, n);
+				pklimit_worker_answer(slots, answers, n);
+				MemoryContextSwitchTo(TopMemoryContext);
+				MemoryContextReset(batch_context);
+			}
+			last_work = GetCurrentTimestamp();
+		}
+		if (purge_slot >= 0)
+		{
+			purge_step();
 			last_work = GetCurrentTimestamp();
 			continue;
 		}
+		if (n > 0)
+			continue;			/* more may have arrived meanwhile */
 
 		idle_ms = (long) pklimit_worker_idle_timeout * 1000 -
 			(GetCurrentTimestamp() - last_work) / 1000;
