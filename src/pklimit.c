@@ -12,7 +12,9 @@
 #include "postgres.h"
 
 #include "access/xlog.h"
+#include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
+#include "commands/defrem.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -20,6 +22,7 @@
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "tcop/utility.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -115,9 +118,52 @@ unschedule_purge(void)
 }
 
 /*
- * DROP DATABASE: a worker connected to the database would make it fail, so
- * the database's workers are asked to exit first.  DROP EXTENSION pklimit:
- * its pg_cron job goes with it.
+ * Statements that need a database to themselves (DROP DATABASE, CREATE
+ * DATABASE from it as a template, renaming it, moving it) would fail while
+ * its worker is connected, so the worker is asked to leave first, but only
+ * for a role that owns the database: nobody else may stop its limiter.
+ */
+static void
+release_database(Node *parsetree)
+{
+	const char *dbname = NULL;
+	Oid			dboid;
+
+	if (IsA(parsetree, DropdbStmt))
+		dbname = ((DropdbStmt *) parsetree)->dbname;
+	else if (IsA(parsetree, RenameStmt) &&
+			 ((RenameStmt *) parsetree)->renameType == OBJECT_DATABASE)
+		dbname = ((RenameStmt *) parsetree)->subname;
+	else if (IsA(parsetree, AlterDatabaseStmt))
+		dbname = ((AlterDatabaseStmt *) parsetree)->dbname;
+	else if (IsA(parsetree, CreatedbStmt))
+	{
+		ListCell   *lc;
+
+		foreach(lc, ((CreatedbStmt *) parsetree)->options)
+		{
+			DefElem    *opt = lfirst_node(DefElem, lc);
+
+			if (strcmp(opt->defname, "template") == 0 && opt->arg != NULL)
+				dbname = defGetString(opt);
+		}
+	}
+	if (dbname == NULL)
+		return;
+	dboid = get_database_oid(dbname, true);
+	if (OidIsValid(dboid) && dboid != MyDatabaseId &&
+#if PG_VERSION_NUM >= 160000
+		object_ownercheck(DatabaseRelationId, dboid, GetUserId())
+#else
+		pg_database_ownercheck(dboid, GetUserId())
+#endif
+		)
+		pklimit_terminate_workers(dboid);
+}
+
+/*
+ * Before statements that need a database to themselves, its worker leaves.
+ * DROP EXTENSION pklimit: its pg_cron job goes with it.
  */
 static void
 process_utility(PlannedStmt *pstmt, const char *queryString,
@@ -128,12 +174,7 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 	Node	   *parsetree = pstmt->utilityStmt;
 	bool		dropping_pklimit = drops_pklimit(parsetree);
 
-	if (IsA(parsetree, DropdbStmt))
-	{
-		DropdbStmt *stmt = (DropdbStmt *) parsetree;
-
-		pklimit_terminate_workers(get_database_oid(stmt->dbname, true));
-	}
+	release_database(parsetree);
 	if (prev_ProcessUtility)
 		prev_ProcessUtility(pstmt, queryString, readOnlyTree, context,
 							params, queryEnv, dest, qc);

@@ -118,7 +118,8 @@ extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
 extern void pklimit_store_apply(Oid nspid, PklimitOpKind kind,
 								const char *stored_key, int64 window_usec,
 								int64 events, PklimitResult *result);
-extern int64 pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit);
+extern int64 pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit,
+								 TimestampTz *from);
 extern Oid	pklimit_store_owner(Oid nspid);
 extern bool pklimit_in_system;
 

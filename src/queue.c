@@ -79,19 +79,23 @@ typedef struct PurgeEntry
 	PklimitPurgeStatus status;
 } PurgeEntry;
 
+/* Followed in shared memory by the worker, purge and slot arrays. */
 typedef struct SharedState
 {
 	LWLock	   *lock;
 	uint64		next_seq;
 	TimestampTz last_start_failure;
 	int64		backoff_usec;	/* current wait after a failure */
-	WorkerEntry *workers;		/* pklimit_max_workers entries */
-	PurgeEntry *purges;			/* pklimit_max_workers entries */
-	Slot	   *slots;			/* pklimit_queue_size entries */
 } SharedState;
 
 static SharedState *shared = NULL;
+static WorkerEntry *workers;	/* pklimit_max_workers entries */
+static PurgeEntry *purges;		/* pklimit_max_workers entries */
+static Slot *slots;				/* pklimit_queue_size entries */
+
+static PurgeEntry *purge_entry(void);
 static int	my_worker = -1;		/* registry index, in a worker */
+static bool my_purge_running = false;	/* in a worker */
 
 static Size
 shared_size(void)
@@ -125,9 +129,9 @@ pklimit_shmem_startup(void)
 		memset(base, 0, shared_size());
 		shared->lock = &(GetNamedLWLockTranche("pklimit"))->lock;
 	}
-	shared->workers = (WorkerEntry *) (base + MAXALIGN(sizeof(SharedState)));
-	shared->purges = (PurgeEntry *) (shared->workers + pklimit_max_workers);
-	shared->slots = (Slot *) (shared->purges + pklimit_max_workers);
+	workers = (WorkerEntry *) (base + MAXALIGN(sizeof(SharedState)));
+	purges = (PurgeEntry *) (workers + pklimit_max_workers);
+	slots = (Slot *) (purges + pklimit_max_workers);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -163,11 +167,10 @@ ensure_worker(Oid dboid, TimestampTz now)
 {
 	int			free_index = -1;
 	BackgroundWorker bgw;
-	BackgroundWorkerHandle *handle;
 
 	for (int i = 0; i < pklimit_max_workers; i++)
 	{
-		WorkerEntry *w = &shared->workers[i];
+		WorkerEntry *w = &workers[i];
 
 		if (w->in_use && w->pid == 0 &&
 			now - w->registered_at > START_GRACE_USEC)
@@ -193,17 +196,17 @@ ensure_worker(Oid dboid, TimestampTz now)
 	bgw.bgw_main_arg = Int32GetDatum(free_index);
 	bgw.bgw_notify_pid = 0;
 
-	if (!RegisterDynamicBackgroundWorker(&bgw, &handle))
+	/* no handle: nothing here may raise an error while the lock is held */
+	if (!RegisterDynamicBackgroundWorker(&bgw, NULL))
 	{
 		note_start_failure(now);
 		return -1;
 	}
-	pfree(handle);
 
-	shared->workers[free_index].in_use = true;
-	shared->workers[free_index].dboid = dboid;
-	shared->workers[free_index].pid = 0;
-	shared->workers[free_index].registered_at = now;
+	workers[free_index].in_use = true;
+	workers[free_index].dboid = dboid;
+	workers[free_index].pid = 0;
+	workers[free_index].registered_at = now;
 	return free_index;
 }
 
@@ -211,8 +214,8 @@ ensure_worker(Oid dboid, TimestampTz now)
 static void
 wake_worker(int index)
 {
-	if (index >= 0 && shared->workers[index].pid != 0)
-		set_latch_of(shared->workers[index].procno);
+	if (index >= 0 && workers[index].pid != 0)
+		set_latch_of(workers[index].procno);
 }
 
 /*
@@ -222,7 +225,7 @@ wake_worker(int index)
 static bool
 release_slot(int slotno, PklimitAnswer *answer)
 {
-	Slot	   *slot = &shared->slots[slotno];
+	Slot	   *slot = &slots[slotno];
 	bool		answered = false;
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
@@ -252,6 +255,8 @@ release_slot(int slotno, PklimitAnswer *answer)
 static void
 release_slot_on_error(int code, Datum arg)
 {
+	if (LWLockHeldByMe(shared->lock))
+		LWLockRelease(shared->lock);
 	release_slot(DatumGetInt32(arg), NULL);
 }
 
@@ -275,7 +280,7 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < pklimit_queue_size; i++)
 	{
-		if (shared->slots[i].state == SLOT_FREE)
+		if (slots[i].state == SLOT_FREE)
 		{
 			slotno = i;
 			break;
@@ -287,32 +292,35 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 		answer->status = PKLIMIT_QUEUE_FULL;
 		return;
 	}
-	shared->slots[slotno].state = SLOT_QUEUED;
-	shared->slots[slotno].caller_procno = MyProc->pgprocno;
-	shared->slots[slotno].worker = -1;
-	shared->slots[slotno].seq = shared->next_seq++;
-	shared->slots[slotno].request = *request;
-	worker = ensure_worker(request->dboid, now);
-	had_worker = (worker >= 0);
-	wake_worker(worker);
+	slots[slotno].state = SLOT_QUEUED;
+	slots[slotno].caller_procno = MyProc->pgprocno;
+	slots[slotno].worker = -1;
+	slots[slotno].seq = shared->next_seq++;
+	slots[slotno].request = *request;
 	LWLockRelease(shared->lock);
 
 	PG_ENSURE_ERROR_CLEANUP(release_slot_on_error, Int32GetDatum(slotno));
 	{
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		worker = ensure_worker(request->dboid, now);
+		had_worker = (worker >= 0);
+		wake_worker(worker);
+		LWLockRelease(shared->lock);
+
 		for (;;)
 		{
 			long		wait_ms;
 
 			LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-			if (shared->slots[slotno].state == SLOT_DONE)
+			if (slots[slotno].state == SLOT_DONE)
 			{
-				*answer = shared->slots[slotno].answer;
-				shared->slots[slotno].state = SLOT_FREE;
+				*answer = slots[slotno].answer;
+				slots[slotno].state = SLOT_FREE;
 				LWLockRelease(shared->lock);
 				break;
 			}
 			/* a worker that died or exited idle is replaced, with back-off */
-			if (shared->slots[slotno].state == SLOT_QUEUED)
+			if (slots[slotno].state == SLOT_QUEUED)
 			{
 				worker = ensure_worker(request->dboid, GetCurrentTimestamp());
 				had_worker |= (worker >= 0);
@@ -320,7 +328,7 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 			}
 			/* a purge, once a worker has it, runs to its end */
 			if (request->kind == PKLIMIT_OP_PURGE &&
-				shared->slots[slotno].state == SLOT_TAKEN)
+				slots[slotno].state == SLOT_TAKEN)
 				deadline = DT_NOEND;
 			LWLockRelease(shared->lock);
 
@@ -353,14 +361,14 @@ worker_detach(int code, Datum arg)
 	LWLockReleaseAll();
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	/* a worker that retired holds no slot, and its entry may be reused */
-	if (shared->workers[my_worker].pid != MyProcPid)
+	if (workers[my_worker].pid != MyProcPid)
 	{
 		LWLockRelease(shared->lock);
 		return;
 	}
 	for (int i = 0; i < pklimit_queue_size; i++)
 	{
-		Slot	   *slot = &shared->slots[i];
+		Slot	   *slot = &slots[i];
 
 		if (slot->worker != my_worker)
 			continue;
@@ -374,10 +382,18 @@ worker_detach(int code, Datum arg)
 			set_latch_of(slot->caller_procno);
 		}
 	}
-	shared->workers[my_worker].in_use = false;
-	shared->workers[my_worker].pid = 0;
+	workers[my_worker].in_use = false;
+	workers[my_worker].pid = 0;
 	if (code != 0)
 		note_start_failure(GetCurrentTimestamp());
+	if (my_purge_running)
+	{
+		PurgeEntry *entry = purge_entry();
+
+		entry->status.running = false;
+		entry->status.failed = true;
+		entry->status.finished_at = GetCurrentTimestamp();
+	}
 	LWLockRelease(shared->lock);
 }
 
@@ -393,14 +409,14 @@ pklimit_worker_attach(int index)
 	Oid			dboid = InvalidOid;
 
 	if (index < 0 || index >= pklimit_max_workers)
-		return false;
+		return InvalidOid;
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	ok = shared->workers[index].in_use && shared->workers[index].pid == 0;
+	ok = workers[index].in_use && workers[index].pid == 0;
 	if (ok)
 	{
-		shared->workers[index].pid = MyProcPid;
-		shared->workers[index].procno = MyProc->pgprocno;
-		dboid = shared->workers[index].dboid;
+		workers[index].pid = MyProcPid;
+		workers[index].procno = MyProc->pgprocno;
+		dboid = workers[index].dboid;
 		my_worker = index;
 	}
 	LWLockRelease(shared->lock);
@@ -410,45 +426,49 @@ pklimit_worker_attach(int index)
 }
 
 /*
- * Take up to max queued requests of this worker's database, oldest first.
- * Returns how many; their slot numbers go to slots[].
+ * Take the (up to) max oldest queued requests of this worker's database, in
+ * arrival order.  Returns how many; their slot numbers go to taken[].
  */
 int
-pklimit_worker_take(PklimitRequest *requests, int *slots, int max)
+pklimit_worker_take(PklimitRequest *requests, int *taken, int max)
 {
 	Oid			dboid = MyDatabaseId;
 	int			n = 0;
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	for (int i = 0; i < pklimit_queue_size && n < max; i++)
+	for (int i = 0; i < pklimit_queue_size; i++)
 	{
-		Slot	   *slot = &shared->slots[i];
+		Slot	   *slot = &slots[i];
 		int			j;
 
 		if (slot->state != SLOT_QUEUED || slot->request.dboid != dboid)
 			continue;
-		slot->state = SLOT_TAKEN;
-		slot->worker = my_worker;
-		/* insertion sort by arrival, so callers are served in order */
-		for (j = n; j > 0 && shared->slots[slots[j - 1]].seq > slot->seq; j--)
-			slots[j] = slots[j - 1];
-		slots[j] = i;
-		n++;
+		if (n == max && slots[taken[n - 1]].seq < slot->seq)
+			continue;			/* younger than all max kept so far */
+		/* insertion sort by arrival; when full, the youngest drops out */
+		j = (n < max) ? n++ : n - 1;
+		for (; j > 0 && slots[taken[j - 1]].seq > slot->seq; j--)
+			taken[j] = taken[j - 1];
+		taken[j] = i;
 	}
 	for (int j = 0; j < n; j++)
-		requests[j] = shared->slots[slots[j]].request;
+	{
+		slots[taken[j]].state = SLOT_TAKEN;
+		slots[taken[j]].worker = my_worker;
+		requests[j] = slots[taken[j]].request;
+	}
 	LWLockRelease(shared->lock);
 	return n;
 }
 
 /* Publish the answers to n taken slots and wake their callers. */
 void
-pklimit_worker_answer(const int *slots, const PklimitAnswer *answers, int n)
+pklimit_worker_answer(const int *taken, const PklimitAnswer *answers, int n)
 {
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	for (int j = 0; j < n; j++)
 	{
-		Slot	   *slot = &shared->slots[slots[j]];
+		Slot	   *slot = &slots[taken[j]];
 
 		if (slot->state == SLOT_ABANDONED)
 			slot->state = SLOT_FREE;
@@ -475,8 +495,8 @@ pklimit_worker_retire(void)
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < pklimit_queue_size; i++)
 	{
-		if (shared->slots[i].state == SLOT_QUEUED &&
-			shared->slots[i].request.dboid == MyDatabaseId)
+		if (slots[i].state == SLOT_QUEUED &&
+			slots[i].request.dboid == MyDatabaseId)
 		{
 			retire = false;
 			break;
@@ -484,8 +504,8 @@ pklimit_worker_retire(void)
 	}
 	if (retire)
 	{
-		shared->workers[my_worker].in_use = false;
-		shared->workers[my_worker].pid = 0;
+		workers[my_worker].in_use = false;
+		workers[my_worker].pid = 0;
 	}
 	LWLockRelease(shared->lock);
 	return retire;
@@ -500,7 +520,7 @@ pklimit_terminate_workers(Oid dboid)
 	LWLockAcquire(shared->lock, LW_SHARED);
 	for (int i = 0; i < pklimit_max_workers; i++)
 	{
-		WorkerEntry *w = &shared->workers[i];
+		WorkerEntry *w = &workers[i];
 
 		if (w->in_use && w->dboid == dboid && w->pid != 0)
 			kill(w->pid, SIGTERM);
@@ -515,7 +535,7 @@ pklimit_worker_abandoned(int slotno)
 	bool		abandoned;
 
 	LWLockAcquire(shared->lock, LW_SHARED);
-	abandoned = (shared->slots[slotno].state == SLOT_ABANDONED);
+	abandoned = (slots[slotno].state == SLOT_ABANDONED);
 	LWLockRelease(shared->lock);
 	return abandoned;
 }
@@ -530,11 +550,11 @@ purge_entry(void)
 	PurgeEntry *oldest = NULL;
 
 	for (int i = 0; i < pklimit_max_workers; i++)
-		if (shared->purges[i].dboid == MyDatabaseId)
-			return &shared->purges[i];
+		if (purges[i].dboid == MyDatabaseId)
+			return &purges[i];
 	for (int i = 0; i < pklimit_max_workers; i++)
 	{
-		PurgeEntry *e = &shared->purges[i];
+		PurgeEntry *e = &purges[i];
 
 		if (e->dboid == InvalidOid)
 			return e;
@@ -542,7 +562,8 @@ purge_entry(void)
 			(oldest == NULL || e->status.finished_at < oldest->status.finished_at))
 			oldest = e;
 	}
-	return oldest;				/* never NULL: this worker's own entry is idle */
+	/* running purges hold at most max_workers - 1 entries besides ours */
+	return oldest ? oldest : &purges[0];
 }
 
 /* A purge of this database starts. */
@@ -558,6 +579,7 @@ pklimit_purge_begin(TimestampTz cutoff)
 	entry->status.running = true;
 	entry->status.started_at = GetCurrentTimestamp();
 	entry->status.cutoff = cutoff;
+	my_purge_running = true;
 	LWLockRelease(shared->lock);
 }
 
@@ -574,6 +596,7 @@ pklimit_purge_progress(int64 deleted, bool running, bool failed)
 	entry->status.failed = failed;
 	if (!running)
 		entry->status.finished_at = GetCurrentTimestamp();
+	my_purge_running = running;
 	LWLockRelease(shared->lock);
 }
 
@@ -586,9 +609,9 @@ pklimit_status_of_purge(Oid dboid, PklimitPurgeStatus *status)
 	LWLockAcquire(shared->lock, LW_SHARED);
 	for (int i = 0; i < pklimit_max_workers; i++)
 	{
-		if (shared->purges[i].dboid == dboid)
+		if (purges[i].dboid == dboid)
 		{
-			*status = shared->purges[i].status;
+			*status = purges[i].status;
 			found = true;
 			break;
 		}

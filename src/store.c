@@ -15,7 +15,9 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/dependency.h"
 #include "catalog/pg_class.h"
+#include "commands/extension.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -39,6 +41,7 @@ enum
 
 static SPIPlanPtr plans[NUM_PLANS];
 static Oid	plans_nspid = InvalidOid;
+static char plans_nspname[NAMEDATALEN];
 
 /*
  * The hit: one INSERT ... ON CONFLICT DO UPDATE.  The window is recomputed
@@ -76,23 +79,27 @@ static const char *const plan_sql[NUM_PLANS] = {
 	" WHERE l.key OPERATOR(pg_catalog.=) $1",
 
 	/*
-	 * One batch of the purge.  The window end is checked again on delete, so
-	 * a row that got a new event meanwhile stays.
+	 * One batch of the purge, from the window end where the previous batch
+	 * stopped, so no batch walks again over the index entries of rows
+	 * already deleted.  The window end is checked again on delete.
 	 */
-	"DELETE FROM %s.platformkit_limits l"
+	"WITH d AS (DELETE FROM %s.platformkit_limits l"
 	" WHERE l.key OPERATOR(pg_catalog.=) ANY (ARRAY("
 	"  SELECT e.key FROM %s.platformkit_limits e"
 	"  WHERE e.window_end OPERATOR(pg_catalog.<) $1"
+	"  AND e.window_end OPERATOR(pg_catalog.>=) $3"
 	"  ORDER BY e.window_end LIMIT $2))"
-	" AND l.window_end OPERATOR(pg_catalog.<) $1",
+	" AND l.window_end OPERATOR(pg_catalog.<) $1"
+	" RETURNING l.window_end)"
+	" SELECT pg_catalog.count(*), pg_catalog.max(d.window_end) FROM d",
 };
 
-static const int plan_nargs[NUM_PLANS] = {3, 1, 1, 2};
+static const int plan_nargs[NUM_PLANS] = {3, 1, 1, 3};
 static Oid	plan_argtypes[NUM_PLANS][3] = {
 	{TEXTOID, INTERVALOID, INT8OID},
 	{TEXTOID},
 	{TEXTOID},
-	{TIMESTAMPTZOID, INT8OID},
+	{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},
 };
 
 /*
@@ -107,11 +114,14 @@ pklimit_store_owner(Oid nspid)
 	HeapTuple	tuple;
 	Oid			owner;
 
-	if (!OidIsValid(relid))
+	/* only the extension's own table: its owner is the role we become */
+	if (!OidIsValid(relid) ||
+		getExtensionOfObject(RelationRelationId, relid) !=
+		get_extension_oid("pklimit", true))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("pklimit table \"platformkit_limits\" does not exist"),
-				 errhint("Recreate the extension with DROP EXTENSION pklimit; CREATE EXTENSION pklimit;")));
+				 errdetail("The schema of pklimit's functions has no table platformkit_limits that belongs to the extension.")));
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for relation %u", relid);
@@ -120,11 +130,22 @@ pklimit_store_owner(Oid nspid)
 	return owner;
 }
 
-/* Prepare (once per schema) and return the saved plan for one statement. */
+/*
+ * Prepare (once per schema) and return the saved plan for one statement.
+ * The statements name the schema, so they are prepared again whenever the
+ * schema's name changes: a renamed extension schema must never leave them
+ * pointing at a table someone else created under the old name.
+ */
 static SPIPlanPtr
 get_plan(Oid nspid, int which)
 {
-	if (plans_nspid != nspid)
+	char	   *nspname = get_namespace_name(nspid);
+
+	if (nspname == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("pklimit table \"platformkit_limits\" does not exist")));
+	if (plans_nspid != nspid || strcmp(plans_nspname, nspname) != 0)
 	{
 		for (int i = 0; i < NUM_PLANS; i++)
 		{
@@ -133,18 +154,16 @@ get_plan(Oid nspid, int which)
 			plans[i] = NULL;
 		}
 		plans_nspid = nspid;
+		strlcpy(plans_nspname, nspname, NAMEDATALEN);
 	}
 
 	if (plans[which] == NULL)
 	{
-		char	   *nspname = get_namespace_name(nspid);
+		const char *quoted = quote_identifier(nspname);
 		char	   *sql;
 		SPIPlanPtr	plan;
 
-		if (nspname == NULL)
-			elog(ERROR, "schema with OID %u does not exist", nspid);
-		nspname = (char *) quote_identifier(nspname);
-		sql = psprintf(plan_sql[which], nspname, nspname);
+		sql = psprintf(plan_sql[which], quoted, quoted);
 		plan = SPI_prepare(sql, plan_nargs[which], plan_argtypes[which]);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed for pklimit statement: %s",
@@ -180,14 +199,17 @@ run_plan(Oid nspid, int which, Datum *values, bool read_latest)
 	return rc;
 }
 
-static int64
-get_int8(int col)
+/* Column col of the single result row; none of them can be NULL. */
+static Datum
+get_col(int col)
 {
 	bool		isnull;
 	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 								  col, &isnull);
 
-	return isnull ? 0 : DatumGetInt64(d);
+	if (isnull)
+		elog(ERROR, "pklimit: column %d of platformkit_limits is null", col);
+	return d;
 }
 
 /*
@@ -218,9 +240,9 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 				if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 					elog(ERROR, "pklimit: recording an event returned %d", rc);
 				result->found = true;
-				result->count = get_int8(1);
-				result->window_end = (TimestampTz) get_int8(2);
-				result->event_at = (TimestampTz) get_int8(3);
+				result->count = DatumGetInt64(get_col(1));
+				result->window_end = DatumGetTimestampTz(get_col(2));
+				result->event_at = DatumGetTimestampTz(get_col(3));
 				break;
 			}
 		case PKLIMIT_OP_COUNT:
@@ -230,8 +252,8 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 			if (SPI_processed == 1)
 			{
 				result->found = true;
-				result->count = get_int8(1);
-				result->window_end = (TimestampTz) get_int8(2);
+				result->count = DatumGetInt64(get_col(1));
+				result->window_end = DatumGetTimestampTz(get_col(2));
 			}
 			break;
 		case PKLIMIT_OP_FORGET:
@@ -247,19 +269,29 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 }
 
 /*
- * Delete at most limit rows whose window ended before cutoff; returns rows
- * deleted.
+ * Delete at most limit rows whose window ended before cutoff, from *from on;
+ * returns rows deleted and moves *from to the last window end deleted.
  */
 int64
-pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit)
+pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit,
+					TimestampTz *from)
 {
-	Datum		values[2];
+	Datum		values[3];
 	int			rc;
+	int64		deleted;
+	bool		isnull;
+	Datum		last;
 
 	values[0] = TimestampTzGetDatum(cutoff);
 	values[1] = Int64GetDatum(limit);
+	values[2] = TimestampTzGetDatum(*from);
 	rc = run_plan(nspid, PLAN_PURGE, values, false);
-	if (rc != SPI_OK_DELETE)
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "pklimit: purge returned %d", rc);
-	return (int64) SPI_processed;
+	deleted = DatumGetInt64(get_col(1));
+	last = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
+						 &isnull);
+	if (!isnull)
+		*from = DatumGetTimestampTz(last);
+	return deleted;
 }

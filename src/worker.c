@@ -43,6 +43,9 @@
 /* Most requests applied in one transaction. */
 #define BATCH_MAX 256
 
+/* Longest a batch of several requests waits for a row lock. */
+#define BATCH_LOCK_MS 20
+
 /* Longest a purge batch waits for a row lock before the purge fails. */
 #define PURGE_LOCK_TIMEOUT "5s"
 
@@ -52,6 +55,7 @@ static MemoryContext batch_context;
 static int	purge_slot = -1;
 static PklimitRequest purge_request;
 static int64 purge_deleted;
+static TimestampTz purge_from;	/* the next batch starts at this window end */
 
 /* The caller's view of a failed transaction, from the error's SQLSTATE. */
 static void
@@ -79,28 +83,27 @@ answer_error(PklimitAnswer *answer, ErrorData *edata)
 }
 
 /*
- * Apply the requests listed in which[] in one transaction.  Returns false,
- * with every listed answer saying why, if the transaction failed.
+ * Apply the requests listed in which[] in one transaction, waiting at most
+ * lock_ms for any row lock.  Returns -1 if it committed.  Otherwise every
+ * listed answer says why, and the return value is the position in which[]
+ * of the request that hit a lock timeout, or n if the failure was another.
  */
-static bool
+static int
 apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
-					 const int *which, int n)
+					 const int *which, int n, long lock_ms)
 {
-	volatile bool ok = true;
-	TimestampTz deadline = requests[which[0]].deadline;
-
-	for (int j = 1; j < n; j++)
-		deadline = Min(deadline, requests[which[j]].deadline);
+	volatile int failed = -1;
+	volatile int current = 0;
+	Oid			owner_nspid = InvalidOid;
+	Oid			owner = InvalidOid;
 
 	PG_TRY();
 	{
-		/* stop waiting for a lock early enough to tell the caller why */
-		long		budget_ms = Max(1, (deadline - GetCurrentTimestamp()) / 1000 * 9 / 10);
 		char		budget[32];
 
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
-		snprintf(budget, sizeof(budget), "%ld", budget_ms);
+		snprintf(budget, sizeof(budget), "%ld", Max(1, lock_ms));
 		(void) set_config_option("lock_timeout", budget, PGC_SUSET,
 								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 		pgstat_report_activity(STATE_RUNNING, "pklimit: applying queued requests");
@@ -115,9 +118,15 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 			Oid			save_userid;
 			int			save_sec_context;
 
+			current = j;
+			if (r->nspid != owner_nspid)
+			{
+				owner = pklimit_store_owner(r->nspid);
+				owner_nspid = r->nspid;
+			}
 			/* run as the table's owner, so row level security applies */
 			GetUserIdAndSecContext(&save_userid, &save_sec_context);
-			SetUserIdAndSecContext(pklimit_store_owner(r->nspid),
+			SetUserIdAndSecContext(owner,
 								   save_sec_context |
 								   SECURITY_LOCAL_USERID_CHANGE |
 								   SECURITY_RESTRICTED_OPERATION);
@@ -126,6 +135,7 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 								r->events, &a->result);
 			a->status = PKLIMIT_OK;
 			SetUserIdAndSecContext(save_userid, save_sec_context);
+			SPI_freetuptable(SPI_tuptable);
 		}
 
 		SPI_finish();
@@ -142,24 +152,45 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 		AbortCurrentTransaction();
 		for (int j = 0; j < n; j++)
 			answer_error(&answers[which[j]], edata);
-		ereport(LOG,
-				(errmsg("pklimit worker could not apply %d request(s): %s",
-						n, edata->message)));
-		ok = false;
+		failed = (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE) ? current : n;
+		if (failed == n)
+			ereport(LOG,
+					(errmsg_plural("pklimit worker could not apply %d request: %s",
+								   "pklimit worker could not apply %d requests: %s",
+								   n, n, edata->message)));
 	}
 	PG_END_TRY();
 
+	MemoryContextSwitchTo(batch_context);
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
-	return ok;
+	return failed;
 }
 
-/* Apply a batch, answering requests whose caller has already given up. */
+/* Milliseconds left before deadline, of which a lock wait may take 90%. */
+static long
+lock_budget_ms(TimestampTz deadline)
+{
+	return (deadline - GetCurrentTimestamp()) / 1000 * 9 / 10;
+}
+
+/*
+ * Apply a batch; requests whose caller has already given up are answered
+ * without being applied.  Row locks held by others are the one thing that
+ * can make a request wait, so the batch waits for a lock only briefly: the
+ * request that hit a locked row is taken out and the rest committed without
+ * it, then it gets the rest of its own budget alone.  After any other
+ * failure each request is retried in a transaction of its own, so one bad
+ * request cannot spoil its neighbours' answers.
+ */
 static void
 apply_batch(const PklimitRequest *requests, PklimitAnswer *answers, int n)
 {
 	int			live[BATCH_MAX];
+	int			locked[BATCH_MAX];
 	int			nlive = 0;
+	int			nlocked = 0;
+	int			failed;
 	TimestampTz now = GetCurrentTimestamp();
 
 	for (int i = 0; i < n; i++)
@@ -172,17 +203,39 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers, int n)
 		else
 			live[nlive++] = i;
 	}
-	if (nlive == 0 || apply_in_transaction(requests, answers, live, nlive) ||
-		nlive == 1)
-		return;
 
-	/* the batch failed: give each request a transaction of its own */
-	for (int j = 0; j < nlive; j++)
+	while (nlive > 0)
 	{
-		if (requests[live[j]].deadline <= GetCurrentTimestamp())
-			answers[live[j]].status = PKLIMIT_TIMEOUT;
-		else
-			(void) apply_in_transaction(requests, answers, &live[j], 1);
+		TimestampTz first = requests[live[0]].deadline;
+
+		for (int j = 1; j < nlive; j++)
+			first = Min(first, requests[live[j]].deadline);
+		failed = apply_in_transaction(requests, answers, live, nlive,
+									  nlive > 1 ? Min(BATCH_LOCK_MS, lock_budget_ms(first)) :
+									  lock_budget_ms(first));
+		if (failed < 0 || nlive == 1)
+			break;
+		if (failed == nlive)
+		{
+			if (nlive > 1)
+				for (int j = 0; j < nlive; j++)
+					(void) apply_in_transaction(requests, answers, &live[j], 1,
+												lock_budget_ms(requests[live[j]].deadline));
+			break;
+		}
+		locked[nlocked++] = live[failed];
+		memmove(&live[failed], &live[failed + 1],
+				sizeof(int) * (nlive - failed - 1));
+		nlive--;
+	}
+
+	for (int j = 0; j < nlocked; j++)
+	{
+		const PklimitRequest *r = &requests[locked[j]];
+
+		if (lock_budget_ms(r->deadline) > BATCH_LOCK_MS)
+			(void) apply_in_transaction(requests, answers, &locked[j], 1,
+										lock_budget_ms(r->deadline));
 	}
 }
 
@@ -223,14 +276,15 @@ purge_step(void)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
-		/* the purge runs as its caller: its privileges decide */
+		/* the extension's own table only; the caller's privileges decide */
+		(void) pklimit_store_owner(purge_request.nspid);
 		GetUserIdAndSecContext(&save_userid, &save_sec_context);
 		SetUserIdAndSecContext(purge_request.userid,
 							   save_sec_context |
 							   SECURITY_LOCAL_USERID_CHANGE |
 							   SECURITY_RESTRICTED_OPERATION);
 		deleted = pklimit_store_purge(purge_request.nspid, purge_request.cutoff,
-									  PKLIMIT_PURGE_BATCH);
+									  PKLIMIT_PURGE_BATCH, &purge_from);
 		SetUserIdAndSecContext(save_userid, save_sec_context);
 		SPI_finish();
 		PopActiveSnapshot();
@@ -293,6 +347,7 @@ take_purges(PklimitRequest *requests, int *slots, int n)
 			purge_slot = slots[i];
 			purge_request = requests[i];
 			purge_deleted = 0;
+			purge_from = DT_NOBEGIN;
 			pklimit_purge_begin(purge_request.cutoff);
 		}
 		else
@@ -318,7 +373,8 @@ pklimit_worker_main(Datum main_arg)
 	int		   *slots;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	/* leave between two transactions, answering nobody wrongly */
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 
 	dboid = pklimit_worker_attach(DatumGetInt32(main_arg));
@@ -330,6 +386,15 @@ pklimit_worker_main(Datum main_arg)
 	/* pinned for the saved plans, and so no planted object is ever found */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET,
 					PGC_S_OVERRIDE);
+	/* settings of the database or role must not change how events are kept */
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET,
+					PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET,
+					PGC_S_OVERRIDE);
+	SetConfigOption("row_security", "on", PGC_SUSET, PGC_S_OVERRIDE);
 
 	batch_context = AllocSetContextCreate(TopMemoryContext, "pklimit batch",
 										  ALLOCSET_DEFAULT_SIZES);
@@ -344,6 +409,8 @@ pklimit_worker_main(Datum main_arg)
 		long		idle_ms;
 
 		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			proc_exit(0);
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
