@@ -43,8 +43,11 @@
 /* Most requests applied in one transaction. */
 #define BATCH_MAX 256
 
-/* Longest a batch of several requests waits for a row lock. */
+/* Longest a batch waits for a row lock before deferring the request. */
 #define BATCH_LOCK_MS 20
+
+/* How soon a request deferred by a locked row is tried again. */
+#define RETRY_MS 10
 
 /* Longest a purge batch waits for a row lock before the purge fails. */
 #define PURGE_LOCK_TIMEOUT "5s"
@@ -175,67 +178,58 @@ lock_budget_ms(TimestampTz deadline)
 }
 
 /*
- * Apply a batch; requests whose caller has already given up are answered
- * without being applied.  Row locks held by others are the one thing that
- * can make a request wait, so the batch waits for a lock only briefly: the
- * request that hit a locked row is taken out and the rest committed without
- * it, then it gets the rest of its own budget alone.  After any other
- * failure each request is retried in a transaction of its own, so one bad
- * request cannot spoil its neighbours' answers.
+ * Apply a batch of n requests, the first ndeferred of which have met a
+ * locked row before.  Requests whose caller has given up are answered
+ * without being applied.  A batch waits for a row lock only briefly: the
+ * request that met a locked row is taken out, marked in retry[] to be tried
+ * again on the worker's next round, and the rest is committed without it,
+ * so a locked row holds up neither the worker nor other keys.  After any
+ * other failure each request is tried in a transaction of its own, so one
+ * bad request cannot spoil its neighbours' answers.
  */
 static void
-apply_batch(const PklimitRequest *requests, PklimitAnswer *answers, int n)
+apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
+			bool *retry, int n, int ndeferred)
 {
 	int			live[BATCH_MAX];
-	int			locked[BATCH_MAX];
 	int			nlive = 0;
-	int			nlocked = 0;
 	int			failed;
 	TimestampTz now = GetCurrentTimestamp();
 
 	for (int i = 0; i < n; i++)
 	{
-		if (requests[i].deadline <= now)
+		retry[i] = false;
+		if (lock_budget_ms(requests[i].deadline) <= BATCH_LOCK_MS)
 		{
 			memset(&answers[i], 0, sizeof(answers[i]));
-			answers[i].status = PKLIMIT_TIMEOUT;
+			answers[i].status = (i < ndeferred) ? PKLIMIT_LOCK_TIMEOUT :
+				(requests[i].deadline <= now) ? PKLIMIT_TIMEOUT : PKLIMIT_OK;
+			if (answers[i].status != PKLIMIT_OK)
+				continue;
 		}
-		else
-			live[nlive++] = i;
+		live[nlive++] = i;
 	}
 
 	while (nlive > 0)
 	{
-		TimestampTz first = requests[live[0]].deadline;
-
-		for (int j = 1; j < nlive; j++)
-			first = Min(first, requests[live[j]].deadline);
 		failed = apply_in_transaction(requests, answers, live, nlive,
-									  nlive > 1 ? Min(BATCH_LOCK_MS, lock_budget_ms(first)) :
-									  lock_budget_ms(first));
-		if (failed < 0 || nlive == 1)
+									  BATCH_LOCK_MS);
+		if (failed < 0)
 			break;
 		if (failed == nlive)
 		{
 			if (nlive > 1)
 				for (int j = 0; j < nlive; j++)
 					(void) apply_in_transaction(requests, answers, &live[j], 1,
-												lock_budget_ms(requests[live[j]].deadline));
+												BATCH_LOCK_MS);
 			break;
 		}
-		locked[nlocked++] = live[failed];
+		/* met a locked row: try it again later, while budget is left */
+		retry[live[failed]] =
+			lock_budget_ms(requests[live[failed]].deadline) > BATCH_LOCK_MS;
 		memmove(&live[failed], &live[failed + 1],
 				sizeof(int) * (nlive - failed - 1));
 		nlive--;
-	}
-
-	for (int j = 0; j < nlocked; j++)
-	{
-		const PklimitRequest *r = &requests[locked[j]];
-
-		if (lock_budget_ms(r->deadline) > BATCH_LOCK_MS)
-			(void) apply_in_transaction(requests, answers, &locked[j], 1,
-										lock_budget_ms(r->deadline));
 	}
 }
 
@@ -371,6 +365,9 @@ pklimit_worker_main(Datum main_arg)
 	PklimitRequest *requests;
 	PklimitAnswer *answers;
 	int		   *slots;
+	int			answered[BATCH_MAX];
+	bool	   *retry;
+	int			ndeferred = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	/* leave between two transactions, answering nobody wrongly */
@@ -401,12 +398,14 @@ pklimit_worker_main(Datum main_arg)
 	requests = MemoryContextAlloc(TopMemoryContext, sizeof(PklimitRequest) * BATCH_MAX);
 	answers = MemoryContextAlloc(TopMemoryContext, sizeof(PklimitAnswer) * BATCH_MAX);
 	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * BATCH_MAX);
+	retry = MemoryContextAlloc(TopMemoryContext, sizeof(bool) * BATCH_MAX);
 
 	last_work = GetCurrentTimestamp();
 	for (;;)
 	{
 		int			n;
-		long		idle_ms;
+		int			nnew;
+		long		wait_ms;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ShutdownRequestPending)
@@ -417,18 +416,35 @@ pklimit_worker_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 
-		n = pklimit_worker_take(requests, slots, BATCH_MAX);
+		/* requests deferred by a locked row stay in front, oldest first */
+		nnew = pklimit_worker_take(requests + ndeferred, slots + ndeferred,
+								   BATCH_MAX - ndeferred);
+		nnew = take_purges(requests + ndeferred, slots + ndeferred, nnew);
+		n = ndeferred + nnew;
 		if (n > 0)
 		{
-			n = take_purges(requests, slots, n);
-			if (n > 0)
+			int			nanswered = 0;
+
+			MemoryContextSwitchTo(batch_context);
+			apply_batch(requests, answers, retry, n, ndeferred);
+			/* answer the rest; keep the deferred ones in front */
+			ndeferred = 0;
+			for (int i = 0; i < n; i++)
 			{
-				MemoryContextSwitchTo(batch_context);
-				apply_batch(requests, answers, n);
-				pklimit_worker_answer(slots, answers, n);
-				MemoryContextSwitchTo(TopMemoryContext);
-				MemoryContextReset(batch_context);
+				if (retry[i])
+				{
+					requests[ndeferred] = requests[i];
+					slots[ndeferred++] = slots[i];
+				}
+				else
+				{
+					answers[nanswered] = answers[i];
+					answered[nanswered++] = slots[i];
+				}
 			}
+			pklimit_worker_answer(answered, answers, nanswered);
+			MemoryContextSwitchTo(TopMemoryContext);
+			MemoryContextReset(batch_context);
 			last_work = GetCurrentTimestamp();
 		}
 		if (purge_slot >= 0)
@@ -437,20 +453,22 @@ pklimit_worker_main(Datum main_arg)
 			last_work = GetCurrentTimestamp();
 			continue;
 		}
-		if (n > 0)
+		if (nnew > 0)
 			continue;			/* more may have arrived meanwhile */
 
-		idle_ms = (long) pklimit_worker_idle_timeout * 1000 -
+		wait_ms = (long) pklimit_worker_idle_timeout * 1000 -
 			(GetCurrentTimestamp() - last_work) / 1000;
-		if (idle_ms <= 0)
+		if (ndeferred > 0)
+			wait_ms = RETRY_MS;
+		else if (wait_ms <= 0)
 		{
 			if (pklimit_worker_retire())
 				proc_exit(0);
-			idle_ms = 1000;
+			wait_ms = 1000;
 		}
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 idle_ms, PG_WAIT_EXTENSION);
+						 wait_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }

@@ -80,8 +80,49 @@ is($node->safe_psql('postgres',
 	"SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_stat_activity WHERE backend_type = 'pklimit worker'"),
 	'other,postgres', 'one worker per database');
 
-# --- DROP DATABASE is not blocked by the worker connected to it
-is($node->psql('postgres', 'DROP DATABASE other'), 0, 'DROP DATABASE succeeds while a worker serves it');
+# --- settings of the database or role do not reach the worker
+$node->safe_psql('postgres', "ALTER DATABASE other SET default_transaction_read_only = on");
+$node->safe_psql('postgres', "ALTER DATABASE other SET statement_timeout = '1ms'");
+$node->safe_psql('postgres', "ALTER DATABASE other SET default_transaction_isolation = 'serializable'");
+$node->safe_psql('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pklimit worker' AND datname = 'other'");
+($out, $err) = timed_psql($node, 'other', "SET statement_timeout = 0; SELECT status FROM pklimit_check('shared-name', 10, '36500 days')");
+is($out, 'ok', 'a read-only, 1 ms, serializable database still gets its events recorded');
+$node->safe_psql('postgres', "ALTER DATABASE other RESET ALL");
+
+# --- nobody but the database's owner can make its worker leave
+my $worker_other = worker_pid($node, 'other');
+$node->safe_psql('postgres', 'CREATE ROLE mallory LOGIN');
+$node->psql('postgres', 'SET ROLE mallory; DROP DATABASE other', stderr => \$err);
+like($err, qr/must be owner of database other/, 'an ordinary role cannot drop the database');
+is(worker_pid($node, 'other'), $worker_other, 'and its attempt did not stop the worker');
+
+# --- statements that need the database to themselves are not blocked
+is($node->psql('postgres', 'CREATE DATABASE copy TEMPLATE other'), 0,
+	'CREATE DATABASE from it as a template succeeds while a worker serves it');
+is($node->psql('postgres', 'ALTER DATABASE other RENAME TO other2'), 0, 'so does renaming it');
+is($node->psql('postgres', 'DROP DATABASE other2'), 0, 'and DROP DATABASE');
+is($node->safe_psql('copy', "SELECT pklimit_count('shared-name')"), '6', 'the copy keeps its counts (5, and the one recorded above)');
+
+# --- a row locked by someone else delays no other key, even in one batch
+my $locker = $node->background_psql('postgres');
+$locker->query_safe("SELECT pklimit_allow('held', 100, '36500 days')");
+$locker->query_safe("BEGIN; SELECT 1 FROM platformkit_limits WHERE key = 'g:held' FOR UPDATE");
+my $waiter = $node->background_psql('postgres', on_error_stop => 0);
+$waiter->query_until(qr/go/, "\\echo go\nSET pklimit.timeout = '3s'; SELECT pklimit_allow('held', 100, '36500 days') FROM generate_series(1, 3);\n");
+my $bench = $node->basedir . '/others.sql';
+open my $fh, '>', $bench or die;
+print $fh "\\set k random(1, 20)\nSELECT pklimit_allow('other-' || :k, 1000, '36500 days');\n";
+close $fh;
+my ($bout, $berr) = ('', '');
+IPC::Run::run([ 'pgbench', '-n', '-c', '4', '-t', '100', '-f', $bench, '-h', $node->host, '-p', $node->port, 'postgres' ],
+	'>', \$bout, '2>', \$berr);
+unlike($berr, qr/WARNING/, '400 calls on other keys while a row is locked: none unavailable');
+is($node->safe_psql('postgres', "SELECT sum(pklimit_count('other-' || i)) FROM generate_series(1, 20) i"),
+	'400', 'and all 400 counted');
+$locker->query_safe('ROLLBACK');
+$locker->quit;
+$waiter->quit;
+
 
 $node->stop;
 ok(!kill(0, $pid), 'workers end with the server');
