@@ -47,28 +47,27 @@ now_us() { date +%s%6N; }
 
 # run LABEL PURGE_SQL: pgbench for BEFORE s, then the purge while it goes on.
 run() {
-	local label=$1 purge=$2 logdir=$B/$1 t0 t1 t2 t3 warn0 warn1 pid
+	local label=$1 purge=$2 logdir=$B/${1//[^a-zA-Z]/} t0 t1 t2 warn0 warn1 pid
 	mkdir -p "$logdir" && chown $RUN_AS "$logdir"
 	fill
 	warn0=$(grep -c 'pklimit store unavailable' "$WORKDIR/server.log" || true)
 	t0=$(now_us)
-	(cd "$logdir" && as_user pgbench -n -c "$CLIENTS" -j 2 -T $((BEFORE + 600)) -l \
-		-f "$B/allow.sql" -h "$PGHOST" -p "$PGPORT" -U postgres "$PKLIMIT_DB" >/dev/null 2>&1) &
+	as_user pgbench -n -c "$CLIENTS" -j 2 -T $((BEFORE + 600)) -l --log-prefix="$logdir/pgbench_log" \
+		-f "$B/allow.sql" -h "$PGHOST" -p "$PGPORT" -U postgres "$PKLIMIT_DB" >/dev/null 2>&1 &
 	pid=$!
 	sleep "$BEFORE"
 	t1=$(now_us)
 	q -c "$purge" >/dev/null
 	t2=$(now_us)
 	sleep 2
-	t3=$(now_us)
-	kill -INT $pid 2>/dev/null || true
+	pkill -TERM -f "$B/allow.sql" || true	# background jobs ignore SIGINT
 	wait $pid 2>/dev/null || true
 	warn1=$(grep -c 'pklimit store unavailable' "$WORKDIR/server.log" || true)
 	read -r b99 bmax bn <<<"$(pct "$logdir" "$t0" "$t1")"
 	read -r d99 dmax dn <<<"$(pct "$logdir" "$t1" "$t2")"
 	printf '%-22s %9.1f s %8s %8s %8s %8s %8s %10s\n' "$label" "$(echo "($t2 - $t1) / 1000000" | bc -l)" \
 		"$b99" "$bmax" "$d99" "$dmax" "$dn" "$((warn1 - warn0))"
-	echo "$d99" >"$B/$label.p99"
+	echo "$d99" >"$logdir.p99"
 }
 
 echo "pklimit purge benchmark: $ROWS expired rows, $CLIENTS pgbench clients calling pklimit_allow on those keys"
@@ -76,4 +75,4 @@ printf '%-22s %11s %8s %8s %8s %8s %8s %10s\n' "purge" "took" "p99 ms" "max ms" 
 printf '%-22s %11s %17s %26s\n' "" "" "(before)" "(during the purge)"
 run "pklimit_purge()" "SELECT pklimit_purge()"
 run "one DELETE" "DELETE FROM platformkit_limits WHERE window_end < now() - interval '1 day'"
-echo "p99 during: pklimit_purge / one DELETE = $(echo "scale=2; $(cat "$B/pklimit_purge().p99") / $(cat "$B/one DELETE.p99")" | bc -l)"
+echo "p99 during the purge: pklimit_purge / one DELETE = $(echo "scale=2; $(cat "$B/pklimitpurge.p99") / $(cat "$B/oneDELETE.p99")" | bc -l)"

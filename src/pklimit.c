@@ -401,14 +401,25 @@ status_name(PklimitStatus status)
 	return "error";
 }
 
+/* What the call that found the store unavailable does about it. */
+typedef enum UnavailableCall
+{
+	CALL_DECIDES,				/* allow, check: answer as on_unavailable says */
+	CALL_READS,					/* count, forget: return NULL */
+	CALL_PURGES					/* purge: always an error */
+} UnavailableCall;
+
 /*
  * The store could not be reached: raise an error or warn, as
  * pklimit.on_unavailable says.  Returns the answer to give instead: true
  * (allow) or false (deny).
  */
 static bool
-unavailable(const PklimitAnswer *answer, bool force_error)
+unavailable(const PklimitAnswer *answer, UnavailableCall call)
 {
+	bool		force_error = (call == CALL_PURGES);
+	const char *outcome;
+
 	int			sqlstate;
 	char	   *detail;
 
@@ -430,11 +441,11 @@ unavailable(const PklimitAnswer *answer, bool force_error)
 			break;
 		case PKLIMIT_READ_ONLY:
 			sqlstate = ERRCODE_READ_ONLY_SQL_TRANSACTION;
-			detail = pstrdup("The server is a hot standby; pklimit records events on the primary.");
+			detail = pstrdup("The server is a hot standby or refused the write as read-only; pklimit records events on the primary.");
 			break;
 		case PKLIMIT_LOCK_TIMEOUT:
 			sqlstate = ERRCODE_LOCK_NOT_AVAILABLE;
-			detail = pstrdup("The key's row stayed locked by another transaction for the whole of pklimit.timeout.");
+			detail = pstrdup("The key's row stayed locked by a transaction, possibly the caller's own, for the whole of pklimit.timeout.");
 			break;
 		case PKLIMIT_NO_TABLE:
 			sqlstate = ERRCODE_UNDEFINED_TABLE;
@@ -458,13 +469,17 @@ unavailable(const PklimitAnswer *answer, bool force_error)
 				(errcode(sqlstate),
 				 errmsg("pklimit store unavailable: %s", status_name(answer->status)),
 				 errdetail_internal("%s", detail)));
+	if (call == CALL_READS)
+		outcome = "The call returned NULL.";
+	else if (pklimit_on_unavailable == ON_UNAVAILABLE_ALLOW)
+		outcome = "The call was allowed, as pklimit.on_unavailable says.";
+	else
+		outcome = "The call was denied, as pklimit.on_unavailable says.";
 	ereport(WARNING,
 			(errcode(sqlstate),
 			 errmsg("pklimit store unavailable: %s", status_name(answer->status)),
 			 errdetail_internal("%s", detail),
-			 errhint("The call was %s, as pklimit.on_unavailable says.",
-					 pklimit_on_unavailable == ON_UNAVAILABLE_ALLOW ?
-					 "allowed" : "denied")));
+			 errhint("%s", outcome)));
 	return pklimit_on_unavailable == ON_UNAVAILABLE_ALLOW;
 }
 
@@ -479,7 +494,7 @@ hit(FunctionCallInfo fcinfo, const char *stored_key, int64 max_count,
 {
 	run_operation(fcinfo, PKLIMIT_OP_HIT, stored_key, window_usec, answer);
 	if (answer->status != PKLIMIT_OK)
-		return unavailable(answer, false);
+		return unavailable(answer, CALL_DECIDES);
 	return answer->result.count <= max_count;
 }
 
@@ -558,7 +573,7 @@ pklimit_count(PG_FUNCTION_ARGS)
 	run_operation(fcinfo, PKLIMIT_OP_COUNT, stored_key, 0, &answer);
 	if (answer.status != PKLIMIT_OK)
 	{
-		(void) unavailable(&answer, false);
+		(void) unavailable(&answer, CALL_READS);
 		PG_RETURN_NULL();
 	}
 	PG_RETURN_INT64(answer.result.found ? answer.result.count : 0);
@@ -575,7 +590,7 @@ pklimit_forget(PG_FUNCTION_ARGS)
 	run_operation(fcinfo, PKLIMIT_OP_FORGET, stored_key, 0, &answer);
 	if (answer.status != PKLIMIT_OK)
 	{
-		(void) unavailable(&answer, false);
+		(void) unavailable(&answer, CALL_READS);
 		PG_RETURN_NULL();
 	}
 	PG_RETURN_BOOL(answer.result.found);
@@ -627,7 +642,7 @@ pklimit_purge(PG_FUNCTION_ARGS)
 		pklimit_submit(&request, &answer);
 	}
 	if (answer.status != PKLIMIT_OK)
-		(void) unavailable(&answer, true);
+		(void) unavailable(&answer, CALL_PURGES);
 	if (!answer.result.found)
 	{
 		ereport(NOTICE,
