@@ -7,7 +7,7 @@ EXTENSION = pklimit
 DATA = pklimit--0.1.0.sql
 PGFILEDESC = "pklimit - shared, exact, durable rate limits"
 
-REGRESS = pklimit_basic pklimit_errors pklimit_tenants pklimit_security pklimit_unavailable pklimit_purge
+REGRESS = pklimit_basic pklimit_errors pklimit_tenants pklimit_security pklimit_unavailable pklimit_purge pklimit_hostile
 REGRESS_OPTS = --inputdir=. --outputdir=. --load-extension=pklimit
 
 ISOLATION = concurrent_hits rollback freshness row_lock

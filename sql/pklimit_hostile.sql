@@ -1,0 +1,120 @@
+-- pklimit_hostile: search_path tricks, planted objects and a role matrix.
+-- pklimit must behave exactly the same whatever a user plants, and never
+-- touch a shadow object.
+
+TRUNCATE platformkit_limits;
+CREATE ROLE regress_pklimit_shadow NOSUPERUSER NOBYPASSRLS;
+CREATE SCHEMA shadow AUTHORIZATION regress_pklimit_shadow;
+SET ROLE regress_pklimit_shadow;
+
+-- shadows of everything pklimit's statements use, each leaving a trace if
+-- it is ever called
+CREATE TABLE shadow.traces (what text);
+CREATE TABLE shadow.platformkit_limits (key text PRIMARY KEY, window_start timestamptz,
+  window_end timestamptz, count bigint, updated_at timestamptz);
+CREATE FUNCTION shadow.platformkit_is_system() RETURNS boolean LANGUAGE sql
+  AS $$ INSERT INTO shadow.traces VALUES ('platformkit_is_system') RETURNING true $$;
+CREATE FUNCTION shadow.clock_timestamp() RETURNS timestamptz LANGUAGE sql
+  AS $$ INSERT INTO shadow.traces VALUES ('clock_timestamp') RETURNING '2000-01-01'::timestamptz $$;
+CREATE FUNCTION shadow.date_bin(interval, timestamptz, timestamptz) RETURNS timestamptz LANGUAGE sql
+  AS $$ INSERT INTO shadow.traces VALUES ('date_bin') RETURNING '2000-01-01'::timestamptz $$;
+CREATE FUNCTION shadow.lower(text) RETURNS text LANGUAGE sql
+  AS $$ INSERT INTO shadow.traces VALUES ('lower') RETURNING $1 $$;
+CREATE FUNCTION shadow.text_eq(text, text) RETURNS boolean LANGUAGE sql
+  AS $$ INSERT INTO shadow.traces VALUES ('=') RETURNING true $$;
+CREATE OPERATOR shadow.= (LEFTARG = text, RIGHTARG = text, FUNCTION = shadow.text_eq);
+CREATE FUNCTION shadow.int8_gt(bigint, bigint) RETURNS boolean LANGUAGE sql
+  AS $$ INSERT INTO shadow.traces VALUES ('>') RETURNING true $$;
+CREATE OPERATOR shadow.> (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = shadow.int8_gt);
+-- and in pg_temp, searched first for tables
+CREATE TEMP TABLE platformkit_limits (key text, count bigint);
+INSERT INTO platformkit_limits VALUES ('g:k', 1000);
+
+-- shadows first, before pg_catalog
+SET search_path = pg_temp, shadow, pg_catalog, public;
+SELECT public.pklimit_allow('k', 2, '36500 days'), public.pklimit_allow('k', 2, '36500 days'),
+       public.pklimit_allow('k', 2, '36500 days');
+SELECT allowed, count, remaining, status FROM public.pklimit_check('k', 2, '36500 days');
+SELECT public.pklimit_count('k'), public.pklimit_count('other');
+SELECT public.pklimit_forget('other');
+SET search_path = shadow, pg_temp, public;
+SELECT public.pklimit_allow('k', 2, '36500 days');
+SELECT public.pklimit_count('k');
+RESET search_path;
+
+-- no shadow was touched
+SELECT count(*) AS traces FROM shadow.traces;
+SELECT count(*) AS shadow_rows FROM shadow.platformkit_limits;
+SELECT key, count FROM pg_temp.platformkit_limits;
+RESET ROLE;
+SELECT key, count FROM public.platformkit_limits;
+
+-- no SET, SET ROLE or SET SESSION AUTHORIZATION open to an ordinary role
+-- makes the predicate true
+CREATE ROLE regress_pklimit_other NOSUPERUSER NOBYPASSRLS;
+GRANT regress_pklimit_other TO regress_pklimit_shadow;
+SET SESSION AUTHORIZATION regress_pklimit_shadow;
+SELECT public.platformkit_is_system();
+SET ROLE regress_pklimit_other;
+SELECT public.platformkit_is_system();
+SET platformkit.is_system = 'on';
+SET platformkit.system = 'true';
+SELECT public.platformkit_is_system();
+SELECT count(*) FROM public.platformkit_limits;
+SET SESSION AUTHORIZATION regress_pklimit_other;
+RESET SESSION AUTHORIZATION;
+
+-- a BYPASSRLS role with table privileges sees the rows: like a superuser,
+-- it is trusted with the table
+CREATE ROLE regress_pklimit_bypass NOSUPERUSER BYPASSRLS;
+GRANT SELECT ON public.platformkit_limits TO regress_pklimit_bypass;
+SET ROLE regress_pklimit_bypass;
+SELECT key, count FROM public.platformkit_limits;
+RESET ROLE;
+REVOKE ALL ON public.platformkit_limits FROM regress_pklimit_bypass;
+
+DROP SCHEMA shadow CASCADE;
+DROP TABLE pg_temp.platformkit_limits;
+
+-- objects planted under pklimit's names make CREATE EXTENSION fail instead
+-- of being adopted
+DROP EXTENSION pklimit;
+GRANT CREATE ON SCHEMA public TO regress_pklimit_shadow;
+SET ROLE regress_pklimit_shadow;
+CREATE FUNCTION public.platformkit_is_system() RETURNS boolean LANGUAGE sql AS 'SELECT true';
+RESET ROLE;
+CREATE EXTENSION pklimit;
+DROP FUNCTION public.platformkit_is_system();
+SET ROLE regress_pklimit_shadow;
+CREATE TABLE public.platformkit_limits (key text);
+RESET ROLE;
+CREATE EXTENSION pklimit;
+DROP TABLE public.platformkit_limits;
+SET ROLE regress_pklimit_shadow;
+CREATE FUNCTION public.pklimit_allow(text, bigint, interval) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+RESET ROLE;
+CREATE EXTENSION pklimit;
+DROP FUNCTION public.pklimit_allow(text, bigint, interval);
+SET ROLE regress_pklimit_shadow;
+CREATE FUNCTION public.pklimit_purge(interval) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint';
+RESET ROLE;
+CREATE EXTENSION pklimit;
+DROP FUNCTION public.pklimit_purge(interval);
+SET ROLE regress_pklimit_shadow;
+CREATE VIEW public.pklimit_purge_status AS SELECT 1 AS x;
+RESET ROLE;
+CREATE EXTENSION pklimit;
+DROP VIEW public.pklimit_purge_status;
+-- nothing planted: it installs, and owns what it created (its warning
+-- about pg_cron depends on the server's set-up)
+SET client_min_messages = error;
+CREATE EXTENSION pklimit;
+RESET client_min_messages;
+SELECT count(*) AS objects_owned_by_others
+  FROM pg_depend d JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+ WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pklimit')
+   AND p.proowner <> (SELECT extowner FROM pg_extension WHERE extname = 'pklimit');
+REVOKE CREATE ON SCHEMA public FROM regress_pklimit_shadow;
+DROP ROLE regress_pklimit_shadow;
+DROP ROLE regress_pklimit_other;
+DROP ROLE regress_pklimit_bypass;
