@@ -93,6 +93,17 @@ SELECT allowed, count, remaining FROM pklimit_check('sat', 5, '36500 days');
 SELECT allowed, count, remaining FROM pklimit_check('sat', 5, '36500 days');
 SELECT allowed, count FROM pklimit_check('sat', 9223372036854775807, '36500 days');
 
+-- bounds: the largest max_count allows every call; windows of one
+-- microsecond and of a hundred years work
+SELECT pklimit_allow('big', 9223372036854775807, '36500 days'),
+       pklimit_allow('big', 9223372036854775807, '36500 days');
+SELECT pklimit_allow('tiny', 1, '1 microsecond');
+SELECT window_end - window_start AS window FROM platformkit_limits WHERE key = 'g:tiny';
+SELECT pklimit_allow('century', 1, '36500 days');
+SELECT window_end - window_start AS window,
+       window_start = '1970-01-01 00:00:00+00' AS starts_at_epoch
+  FROM platformkit_limits WHERE key = 'g:century';
+
 -- long keys are stored as a SHA-256 digest; different long keys never share
 -- a count; a key at the limit stays readable
 SELECT pklimit_allow(repeat('x', 300) || 'a', 1, '36500 days'),

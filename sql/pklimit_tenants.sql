@@ -63,3 +63,28 @@ SELECT pklimit_allow(repeat('L', 400), 1, '36500 days');
 RESET platformkit.tenant;
 SELECT pklimit_allow(repeat('L', 400), 1, '36500 days');
 SELECT count(*) FROM platformkit_limits WHERE key LIKE 'h:%';
+
+-- hostile tenants: separators, control characters, digits, 10,000 bytes
+TRUNCATE platformkit_limits;
+SELECT octet_length(set_config('platformkit.tenant', E'a\nb', false)) AS tenant_bytes;
+SELECT pklimit_allow('c', 1, '36500 days');
+SELECT octet_length(set_config('platformkit.tenant', 'a', false)) AS tenant_bytes;
+SELECT pklimit_allow(E'\nb:c', 1, '36500 days'), pklimit_allow(E'b:c', 1, '36500 days');
+SELECT octet_length(set_config('platformkit.tenant', '1:a', false)) AS tenant_bytes;
+SELECT pklimit_allow('b', 1, '36500 days');
+SELECT octet_length(set_config('platformkit.tenant', '1', false)) AS tenant_bytes;
+SELECT pklimit_allow('a:b', 1, '36500 days');
+SELECT octet_length(set_config('platformkit.tenant', 't1:x', false)) AS tenant_bytes;
+SELECT pklimit_allow('y', 1, '36500 days');
+RESET platformkit.tenant;
+SELECT pklimit_allow('t4:t1:x:y', 1, '36500 days');
+SELECT octet_length(set_config('platformkit.tenant', repeat('T', 10000) || 'a', false)) AS tenant_bytes;
+SELECT pklimit_allow('k', 1, '36500 days'), pklimit_allow('k', 1, '36500 days');
+SELECT octet_length(set_config('platformkit.tenant', repeat('T', 10000) || 'b', false)) AS tenant_bytes;
+SELECT pklimit_allow('k', 1, '36500 days');
+SELECT octet_length(set_config('platformkit.tenant', '東京', false)) AS tenant_bytes;
+SELECT pklimit_allow('k', 1, '36500 days');
+RESET platformkit.tenant;
+-- every pair above stayed apart: each key was allowed once in its own row
+SELECT key, count FROM platformkit_limits WHERE key NOT LIKE 'h:%' ORDER BY key COLLATE "C";
+SELECT count(*) AS digested, sum(count) AS events FROM platformkit_limits WHERE key LIKE 'h:%';
