@@ -86,19 +86,68 @@ answer_error(PklimitAnswer *answer, ErrorData *edata)
 }
 
 /*
+ * Group the requests listed in which[] into units applied by one statement
+ * each: consecutive hits on one key with one window fold into one row
+ * update, as long as no count or forget of that key comes between them.
+ * unit_of[j] is the unit of which[j]; returns the number of units, which
+ * keep the order of their first request.
+ */
+static int
+fold(const PklimitRequest *requests, const int *which, int n, int *unit_of,
+	 int *unit_head, int *unit_size)
+{
+	int			nunits = 0;
+	bool		open[BATCH_MAX];
+
+	for (int j = 0; j < n; j++)
+	{
+		const PklimitRequest *r = &requests[which[j]];
+		int			u = -1;
+
+		for (int v = 0; v < nunits; v++)
+		{
+			const PklimitRequest *h = &requests[unit_head[v]];
+
+			if (!open[v] || h->nspid != r->nspid || strcmp(h->key, r->key) != 0)
+				continue;
+			if (r->kind == PKLIMIT_OP_HIT && h->window_usec == r->window_usec)
+				u = v;
+			else
+				open[v] = false;	/* a later hit must not jump over r */
+		}
+		if (u < 0)
+		{
+			u = nunits++;
+			unit_head[u] = which[j];
+			unit_size[u] = 0;
+			open[u] = (r->kind == PKLIMIT_OP_HIT);
+		}
+		unit_of[j] = u;
+		unit_size[u]++;
+	}
+	return nunits;
+}
+
+/*
  * Apply the requests listed in which[] in one transaction, waiting at most
- * lock_ms for any row lock.  Returns -1 if it committed.  Otherwise every
- * listed answer says why, and the return value is the position in which[]
- * of the request that hit a lock timeout, or n if the failure was another.
+ * lock_ms for any row lock, and answer each as serial execution would: the
+ * k-th of m folded hits gets the count after its own event.  Returns 0 if
+ * it committed.  Otherwise every listed answer says why; on a lock timeout
+ * the return value is 1 and locked[j] is set for the requests that met the
+ * locked row, on any other failure it is 2.
  */
 static int
 apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
-					 const int *which, int n, long lock_ms)
+					 const int *which, int n, long lock_ms, bool *locked)
 {
-	volatile int failed = -1;
+	volatile int failed = 0;
 	volatile int current = 0;
 	Oid			owner_nspid = InvalidOid;
 	Oid			owner = InvalidOid;
+	int			unit_of[BATCH_MAX];
+	int			unit_head[BATCH_MAX];
+	int			unit_size[BATCH_MAX];
+	int			nunits = fold(requests, which, n, unit_of, unit_head, unit_size);
 
 	PG_TRY();
 	{
@@ -114,14 +163,15 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
 
-		for (int j = 0; j < n; j++)
+		for (int u = 0; u < nunits; u++)
 		{
-			const PklimitRequest *r = &requests[which[j]];
-			PklimitAnswer *a = &answers[which[j]];
+			const PklimitRequest *r = &requests[unit_head[u]];
+			PklimitResult result;
 			Oid			save_userid;
 			int			save_sec_context;
+			int			k = 0;
 
-			current = j;
+			current = u;
 			if (r->nspid != owner_nspid)
 			{
 				owner = pklimit_store_owner(r->nspid);
@@ -133,12 +183,24 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 								   save_sec_context |
 								   SECURITY_LOCAL_USERID_CHANGE |
 								   SECURITY_RESTRICTED_OPERATION);
-			memset(a, 0, sizeof(*a));
 			pklimit_store_apply(r->nspid, r->kind, r->key, r->window_usec,
-								r->events, &a->result);
-			a->status = PKLIMIT_OK;
+								unit_size[u], &result);
 			SetUserIdAndSecContext(save_userid, save_sec_context);
 			SPI_freetuptable(SPI_tuptable);
+
+			for (int j = 0; j < n; j++)
+			{
+				PklimitAnswer *a = &answers[which[j]];
+
+				if (unit_of[j] != u)
+					continue;
+				memset(a, 0, sizeof(*a));
+				a->status = PKLIMIT_OK;
+				a->result = result;
+				/* a saturated count stays saturated for every folded event */
+				if (r->kind == PKLIMIT_OP_HIT && result.count < PG_INT64_MAX)
+					a->result.count = result.count - unit_size[u] + (++k);
+			}
 		}
 
 		SPI_finish();
@@ -155,12 +217,20 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 		AbortCurrentTransaction();
 		for (int j = 0; j < n; j++)
 			answer_error(&answers[which[j]], edata);
-		failed = (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE) ? current : n;
-		if (failed == n)
+		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+		{
+			failed = 1;
+			for (int j = 0; j < n; j++)
+				locked[j] = (unit_of[j] == current);
+		}
+		else
+		{
+			failed = 2;
 			ereport(LOG,
 					(errmsg_plural("pklimit worker could not apply %d request: %s",
 								   "pklimit worker could not apply %d requests: %s",
 								   n, n, edata->message)));
+		}
 	}
 	PG_END_TRY();
 
@@ -212,24 +282,31 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 
 	while (nlive > 0)
 	{
+		bool		locked[BATCH_MAX];
+		int			kept = 0;
+
 		failed = apply_in_transaction(requests, answers, live, nlive,
-									  BATCH_LOCK_MS);
-		if (failed < 0)
+									  BATCH_LOCK_MS, locked);
+		if (failed == 0)
 			break;
-		if (failed == nlive)
+		if (failed == 2)
 		{
 			if (nlive > 1)
 				for (int j = 0; j < nlive; j++)
 					(void) apply_in_transaction(requests, answers, &live[j], 1,
-												BATCH_LOCK_MS);
+												BATCH_LOCK_MS, locked);
 			break;
 		}
-		/* met a locked row: try it again later, while budget is left */
-		retry[live[failed]] =
-			lock_budget_ms(requests[live[failed]].deadline) > BATCH_LOCK_MS;
-		memmove(&live[failed], &live[failed + 1],
-				sizeof(int) * (nlive - failed - 1));
-		nlive--;
+		/* met a locked row: try those again later, while budget is left */
+		for (int j = 0; j < nlive; j++)
+		{
+			if (locked[j])
+				retry[live[j]] =
+					lock_budget_ms(requests[live[j]].deadline) > BATCH_LOCK_MS;
+			else
+				live[kept++] = live[j];
+		}
+		nlive = kept;
 	}
 }
 
