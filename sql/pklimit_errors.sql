@@ -39,6 +39,10 @@ SELECT q, pg_temp.sqlstate_of(q) FROM (VALUES
   ($$SELECT pklimit_check('k', 1, '1 month')$$),
   ($$SELECT pklimit_allow('k', 1, '3650001 days')$$),
   ($$SELECT pklimit_allow('k', 1, '2147483647 days 2562047788 hours')$$),
+  ($$SELECT pklimit_allow('k', 1, '213503990 days')$$),
+  ($$SELECT pklimit_check('k', 1, '-213503990 days')$$),
+  ($$SELECT pklimit_purge('-178000000 years')$$),
+  ($$SELECT pklimit_purge('-2562047788:00:54.775807')$$),
   ($$SELECT pklimit_purge('-1 second')$$),
   ($$SELECT pklimit_purge('-1 month')$$)
 ) AS t(q);

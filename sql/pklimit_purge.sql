@@ -36,8 +36,11 @@ SELECT pklimit_purge('0');
 SELECT key FROM platformkit_limits ORDER BY key COLLATE "C";
 SELECT pklimit_purge('0');
 
--- retention in months is fine (it is measured back from now)
+-- retention in months is fine (it is measured back from now); one longer
+-- than any window ever lasted keeps every row
 SELECT pklimit_purge('1 month');
+SELECT pklimit_purge('2147483647 days'), pklimit_purge('178000000 years'),
+       pklimit_purge('2562047788:00:54.775807');
 
 -- the last purge, as a DBA sees it
 SELECT running, finished_at >= started_at AS finished, deleted, failed,

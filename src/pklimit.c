@@ -32,6 +32,9 @@
 
 PG_MODULE_MAGIC;
 
+/* A retention beyond this many months keeps every row (no date overflow). */
+#define MAX_RETENTION_MONTHS (INT64CONST(12) * 10000)
+
 /* Longest window accepted: far beyond any rate limit, far inside timestamptz. */
 #define PKLIMIT_MAX_WINDOW_USEC (INT64CONST(10000) * 365 * USECS_PER_DAY)
 
@@ -319,9 +322,10 @@ window_arg(FunctionCallInfo fcinfo)
 				 errmsg("window must not contain months or years"),
 				 errdetail("Months and years have no fixed length."),
 				 errhint("Give the window in days, hours, minutes or seconds, for example '30 days'.")));
-	usec = (int64) window->day * USECS_PER_DAY;
-	if (pg_add_s64_overflow(usec, window->time, &usec) ||
-		usec > PKLIMIT_MAX_WINDOW_USEC)
+	if (pg_mul_s64_overflow((int64) window->day, USECS_PER_DAY, &usec) ||
+		pg_add_s64_overflow(usec, window->time, &usec))
+		usec = (window->day < 0) ? -1 : PKLIMIT_MAX_WINDOW_USEC + 1;
+	if (usec > PKLIMIT_MAX_WINDOW_USEC)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("window is too long"),
@@ -609,6 +613,7 @@ Datum
 pklimit_purge(PG_FUNCTION_ARGS)
 {
 	Interval   *retention;
+	Interval	zero = {0};
 	TimestampTz now = GetCurrentTimestamp();
 	PklimitRequest request;
 	PklimitAnswer answer;
@@ -621,9 +626,19 @@ pklimit_purge(PG_FUNCTION_ARGS)
 
 	memset(&request, 0, sizeof(request));
 	request.kind = PKLIMIT_OP_PURGE;
-	request.cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
-															 TimestampTzGetDatum(now),
-															 IntervalPGetDatum(retention)));
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(retention),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("retention must not be negative")));
+	if (Abs(retention->month) > MAX_RETENTION_MONTHS ||
+		Abs(retention->day) > MAX_RETENTION_MONTHS * 31 ||
+		Abs(retention->time) > MAX_RETENTION_MONTHS * 31 * USECS_PER_DAY)
+		request.cutoff = DT_NOBEGIN;	/* older than any window: none */
+	else
+		request.cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+																 TimestampTzGetDatum(now),
+																 IntervalPGetDatum(retention)));
 	if (request.cutoff > now)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

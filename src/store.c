@@ -27,6 +27,10 @@
 
 #include "pklimit.h"
 
+/* 1970-01-01 00:00:00+00 as a TimestampTz: where fixed windows are aligned */
+#define PKLIMIT_UNIX_EPOCH \
+	((TimestampTz) (UNIX_EPOCH_JDATE - POSTGRES_EPOCH_JDATE) * USECS_PER_DAY)
+
 /* True only while this file's statements run: the RLS predicate. */
 bool		pklimit_in_system = false;
 
@@ -44,31 +48,25 @@ static Oid	plans_nspid = InvalidOid;
 static char plans_nspname[NAMEDATALEN];
 
 /*
- * The hit: one INSERT ... ON CONFLICT DO UPDATE.  The window is recomputed
- * in the UPDATE arm because that arm runs after the row lock is held.  The
- * count saturates at the largest bigint instead of overflowing.
+ * The hit: one INSERT ... ON CONFLICT DO UPDATE.  The window and the event's
+ * time come from the caller of pklimit_store_apply, read from the server
+ * clock just before the statement runs: pklimit's worker is the table's only
+ * writer, so no other writer of the row can come between.  The count
+ * saturates at the largest bigint instead of overflowing.
  */
 static const char *const plan_sql[NUM_PLANS] = {
 	"INSERT INTO %s.platformkit_limits AS l"
 	" (key, window_start, window_end, count, updated_at)"
-	" SELECT $1, b.ws, b.ws OPERATOR(pg_catalog.+) $2, $3, c.t"
-	" FROM (SELECT pg_catalog.clock_timestamp() AS t) c,"
-	" LATERAL (SELECT pg_catalog.date_bin($2, c.t,"
-	"  '1970-01-01 00:00:00+00'::pg_catalog.timestamptz) AS ws) b"
+	" VALUES ($1, $2, $3, $4, $5)"
 	" ON CONFLICT (key) DO UPDATE SET"
-	" (window_start, window_end, count, updated_at) ="
-	" (SELECT b.ws, b.ws OPERATOR(pg_catalog.+) $2,"
-	"   CASE WHEN l.window_start OPERATOR(pg_catalog.=) b.ws"
-	"         AND l.window_end OPERATOR(pg_catalog.=) (b.ws OPERATOR(pg_catalog.+) $2)"
+	" count = CASE WHEN l.window_start OPERATOR(pg_catalog.=) $2"
+	"               AND l.window_end OPERATOR(pg_catalog.=) $3"
 	"   THEN CASE WHEN l.count OPERATOR(pg_catalog.>)"
-	"          (9223372036854775807::pg_catalog.int8 OPERATOR(pg_catalog.-) $3)"
+	"          (9223372036854775807::pg_catalog.int8 OPERATOR(pg_catalog.-) $4)"
 	"        THEN 9223372036854775807::pg_catalog.int8"
-	"        ELSE l.count OPERATOR(pg_catalog.+) $3 END"
-	"   ELSE $3 END,"
-	"   c.t"
-	"  FROM (SELECT pg_catalog.clock_timestamp() AS t) c,"
-	"  LATERAL (SELECT pg_catalog.date_bin($2, c.t,"
-	"   '1970-01-01 00:00:00+00'::pg_catalog.timestamptz) AS ws) b)"
+	"        ELSE l.count OPERATOR(pg_catalog.+) $4 END"
+	"   ELSE $4 END,"
+	" window_start = $2, window_end = $3, updated_at = $5"
 	" RETURNING l.count, l.window_end, l.updated_at",
 
 	"SELECT l.count, l.window_end FROM %s.platformkit_limits l"
@@ -94,9 +92,9 @@ static const char *const plan_sql[NUM_PLANS] = {
 	" SELECT pg_catalog.count(*), pg_catalog.max(d.window_end) FROM d",
 };
 
-static const int plan_nargs[NUM_PLANS] = {3, 1, 1, 3};
-static Oid	plan_argtypes[NUM_PLANS][3] = {
-	{TEXTOID, INTERVALOID, INT8OID},
+static const int plan_nargs[NUM_PLANS] = {5, 1, 1, 3};
+static Oid	plan_argtypes[NUM_PLANS][5] = {
+	{TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},
 	{TEXTOID},
 	{TEXTOID},
 	{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},
@@ -110,14 +108,16 @@ static Oid	plan_argtypes[NUM_PLANS][3] = {
 Oid
 pklimit_store_owner(Oid nspid)
 {
+	static Oid	checked_relid = InvalidOid; /* known to be the extension's */
 	Oid			relid = get_relname_relid("platformkit_limits", nspid);
 	HeapTuple	tuple;
 	Oid			owner;
 
 	/* only the extension's own table: its owner is the role we become */
 	if (!OidIsValid(relid) ||
-		getExtensionOfObject(RelationRelationId, relid) !=
-		get_extension_oid("pklimit", true))
+		(relid != checked_relid &&
+		 getExtensionOfObject(RelationRelationId, relid) !=
+		 get_extension_oid("pklimit", true)))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("pklimit table \"platformkit_limits\" does not exist"),
@@ -127,6 +127,7 @@ pklimit_store_owner(Oid nspid)
 		elog(ERROR, "cache lookup failed for relation %u", relid);
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
+	checked_relid = relid;
 	return owner;
 }
 
@@ -221,7 +222,7 @@ void
 pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 					int64 window_usec, int64 events, PklimitResult *result)
 {
-	Datum		values[3];
+	Datum		values[5];
 	int			rc;
 
 	memset(result, 0, sizeof(*result));
@@ -231,11 +232,17 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 	{
 		case PKLIMIT_OP_HIT:
 			{
-				Interval   *window = palloc0(sizeof(Interval));
+				/* the fixed window aligned to the Unix epoch */
+				TimestampTz now = GetCurrentTimestamp();
+				TimestampTz since_epoch = now - PKLIMIT_UNIX_EPOCH;
+				TimestampTz start = now - (since_epoch % window_usec +
+										   (since_epoch % window_usec < 0 ?
+											window_usec : 0));
 
-				window->time = window_usec;
-				values[1] = IntervalPGetDatum(window);
-				values[2] = Int64GetDatum(events);
+				values[1] = TimestampTzGetDatum(start);
+				values[2] = TimestampTzGetDatum(start + window_usec);
+				values[3] = Int64GetDatum(events);
+				values[4] = TimestampTzGetDatum(now);
 				rc = run_plan(nspid, PLAN_HIT, values, false);
 				if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 					elog(ERROR, "pklimit: recording an event returned %d", rc);

@@ -130,7 +130,7 @@ fold(const PklimitRequest *requests, const int *which, int n, int *unit_of,
 
 /*
  * Apply the requests listed in which[] in one transaction, waiting at most
- * lock_ms for any row lock, and answer each as serial execution would: the
+ * BATCH_LOCK_MS for any row lock (lock_timeout), and answer each as serial execution would: the
  * k-th of m folded hits gets the count after its own event.  Returns 0 if
  * it committed.  Otherwise every listed answer says why; on a lock timeout
  * the return value is 1 and locked[j] is set for the requests that met the
@@ -138,7 +138,7 @@ fold(const PklimitRequest *requests, const int *which, int n, int *unit_of,
  */
 static int
 apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
-					 const int *which, int n, long lock_ms, bool *locked)
+					 const int *which, int n, bool *locked)
 {
 	volatile int failed = 0;
 	volatile int current = 0;
@@ -151,13 +151,8 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 
 	PG_TRY();
 	{
-		char		budget[32];
-
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
-		snprintf(budget, sizeof(budget), "%ld", Max(1, lock_ms));
-		(void) set_config_option("lock_timeout", budget, PGC_SUSET,
-								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 		pgstat_report_activity(STATE_RUNNING, "pklimit: applying queued requests");
 		PushActiveSnapshot(GetTransactionSnapshot());
 		if (SPI_connect() != SPI_OK_CONNECT)
@@ -285,8 +280,7 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 		bool		locked[BATCH_MAX];
 		int			kept = 0;
 
-		failed = apply_in_transaction(requests, answers, live, nlive,
-									  BATCH_LOCK_MS, locked);
+		failed = apply_in_transaction(requests, answers, live, nlive, locked);
 		if (failed == 0)
 			break;
 		if (failed == 2)
@@ -294,7 +288,7 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 			if (nlive > 1)
 				for (int j = 0; j < nlive; j++)
 					(void) apply_in_transaction(requests, answers, &live[j], 1,
-												BATCH_LOCK_MS, locked);
+												locked);
 			break;
 		}
 		/* met a locked row: try those again later, while budget is left */
@@ -469,6 +463,9 @@ pklimit_worker_main(Datum main_arg)
 	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET,
 					PGC_S_OVERRIDE);
 	SetConfigOption("row_security", "on", PGC_SUSET, PGC_S_OVERRIDE);
+	/* a locked row defers its request rather than holding up the worker */
+	SetConfigOption("lock_timeout", CppAsString2(BATCH_LOCK_MS), PGC_SUSET,
+					PGC_S_OVERRIDE);
 
 	batch_context = AllocSetContextCreate(TopMemoryContext, "pklimit batch",
 										  ALLOCSET_DEFAULT_SIZES);
