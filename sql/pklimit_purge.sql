@@ -40,7 +40,8 @@ SELECT pklimit_purge('0');
 -- than any window ever lasted keeps every row
 SELECT pklimit_purge('1 month');
 SELECT pklimit_purge('2147483647 days'), pklimit_purge('178000000 years'),
-       pklimit_purge('2562047788:00:54.775807');
+       pklimit_purge('2562047788:00:54.775807'), pklimit_purge('3650000 days'),
+       pklimit_purge('6000 years 1000000 days'), pklimit_purge('70000000 hours');
 
 -- the last purge, as a DBA sees it
 SELECT running, finished_at >= started_at AS finished, deleted, failed,

@@ -32,9 +32,6 @@
 
 PG_MODULE_MAGIC;
 
-/* A retention beyond this many months keeps every row (no date overflow). */
-#define MAX_RETENTION_MONTHS (INT64CONST(12) * 10000)
-
 /* Longest window accepted: far beyond any rate limit, far inside timestamptz. */
 #define PKLIMIT_MAX_WINDOW_USEC (INT64CONST(10000) * 365 * USECS_PER_DAY)
 
@@ -631,9 +628,10 @@ pklimit_purge(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("retention must not be negative")));
-	if (Abs(retention->month) > MAX_RETENTION_MONTHS ||
-		Abs(retention->day) > MAX_RETENTION_MONTHS * 31 ||
-		Abs(retention->time) > MAX_RETENTION_MONTHS * 31 * USECS_PER_DAY)
+	/* its longest span (31-day months) reaching past the earliest timestamp */
+	if ((double) retention->month * 31 * USECS_PER_DAY +
+		(double) retention->day * USECS_PER_DAY + (double) retention->time >
+		(double) (now - MIN_TIMESTAMP) - USECS_PER_DAY)
 		request.cutoff = DT_NOBEGIN;	/* older than any window: none */
 	else
 		request.cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,

@@ -235,11 +235,14 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 	return failed;
 }
 
-/* Milliseconds left before deadline, of which a lock wait may take 90%. */
-static long
-lock_budget_ms(TimestampTz deadline)
+/*
+ * Is there budget left before deadline for another try at a locked row
+ * (one lock wait), with time to spare for the answer to reach the caller?
+ */
+static bool
+worth_retrying(TimestampTz deadline)
 {
-	return (deadline - GetCurrentTimestamp()) / 1000 * 9 / 10;
+	return (deadline - GetCurrentTimestamp()) / 1000 > 3 * BATCH_LOCK_MS;
 }
 
 /*
@@ -264,15 +267,13 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 	for (int i = 0; i < n; i++)
 	{
 		retry[i] = false;
-		if (lock_budget_ms(requests[i].deadline) <= BATCH_LOCK_MS)
-		{
-			memset(&answers[i], 0, sizeof(answers[i]));
-			answers[i].status = (i < ndeferred) ? PKLIMIT_LOCK_TIMEOUT :
-				(requests[i].deadline <= now) ? PKLIMIT_TIMEOUT : PKLIMIT_OK;
-			if (answers[i].status != PKLIMIT_OK)
-				continue;
-		}
-		live[nlive++] = i;
+		memset(&answers[i], 0, sizeof(answers[i]));
+		if (i < ndeferred && !worth_retrying(requests[i].deadline))
+			answers[i].status = PKLIMIT_LOCK_TIMEOUT;
+		else if (requests[i].deadline <= now)
+			answers[i].status = PKLIMIT_TIMEOUT;
+		else
+			live[nlive++] = i;
 	}
 
 	while (nlive > 0)
@@ -295,8 +296,7 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 		for (int j = 0; j < nlive; j++)
 		{
 			if (locked[j])
-				retry[live[j]] =
-					lock_budget_ms(requests[live[j]].deadline) > BATCH_LOCK_MS;
+				retry[live[j]] = worth_retrying(requests[live[j]].deadline);
 			else
 				live[kept++] = live[j];
 		}

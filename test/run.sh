@@ -9,6 +9,11 @@
 #   bash test/run.sh            all layers
 #   bash test/run.sh sql        pg_regress and isolation specs only
 #   bash test/run.sh tap        TAP tests only
+#   bash test/run.sh sqlsmith   the long mode: sqlsmith against pklimit
+#                               (SQLSMITH_QUERIES=20000), then no crash
+if [ "${1:-}" = sqlsmith ]; then
+	exec bash "$(dirname "$0")/sqlsmith.sh"
+fi
 source "$(dirname "$0")/../scripts/common.sh"
 
 layers=${1:-all}
