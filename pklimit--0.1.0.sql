@@ -53,6 +53,7 @@ CREATE POLICY platformkit_system ON @extschema@.platformkit_limits
 
 REVOKE ALL ON @extschema@.platformkit_limits FROM PUBLIC;
 
+
 -- Rows are dumped by pg_dump, so counts survive dump and restore.
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.platformkit_limits', '');
 
@@ -128,6 +129,28 @@ CREATE VIEW @extschema@.pklimit_purge_status AS
 COMMENT ON VIEW @extschema@.pklimit_purge_status IS
 'The last purge of the current database since the server started (see pklimit_purge_status()).';
 
+-- Default privileges (ALTER DEFAULT PRIVILEGES) may have granted something
+-- on the new table and view; nobody but their owner keeps anything.
+DO $do$
+DECLARE
+	grant_ record;
+BEGIN
+	FOR grant_ IN
+		SELECT DISTINCT c.oid::pg_catalog.regclass AS rel,
+			   pg_catalog.quote_ident(r.rolname) AS grantee
+		FROM pg_catalog.pg_class c,
+			 pg_catalog.aclexplode(c.relacl) a
+			 JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+		WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+				'@extschema@.platformkit_limits'::pg_catalog.regclass,
+				'@extschema@.pklimit_purge_status'::pg_catalog.regclass])
+		AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+	LOOP
+		EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', grant_.rel, grant_.grantee);
+	END LOOP;
+END
+$do$;
+
 REVOKE ALL ON FUNCTION @extschema@.pklimit_purge_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.pklimit_purge_status() TO pg_monitor;
 GRANT SELECT ON @extschema@.pklimit_purge_status TO pg_monitor;
@@ -144,7 +167,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
 	cron_db text := pg_catalog.current_setting('cron.database_name', true);
-	command text := pg_catalog.format('SELECT %I.pklimit_purge()', '@extschema@');
+	command text := 'SELECT @extschema@.pklimit_purge()';
 	job_id bigint;
 BEGIN
 	IF schedule IS NULL THEN

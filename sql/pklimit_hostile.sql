@@ -114,6 +114,43 @@ SELECT count(*) AS objects_owned_by_others
   FROM pg_depend d JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pklimit')
    AND p.proowner <> (SELECT extowner FROM pg_extension WHERE extname = 'pklimit');
+
+-- privileges that get around row level security cannot be granted
+GRANT TRUNCATE ON platformkit_limits TO regress_pklimit_shadow;
+GRANT REFERENCES ON platformkit_limits TO regress_pklimit_shadow;
+GRANT TRIGGER ON platformkit_limits TO regress_pklimit_shadow;
+GRANT ALL ON platformkit_limits TO regress_pklimit_shadow;
+GRANT ALL ON ALL TABLES IN SCHEMA public TO regress_pklimit_shadow;
+GRANT SELECT, INSERT, UPDATE, DELETE ON platformkit_limits TO regress_pklimit_shadow;
+SELECT grantee, string_agg(privilege_type, ', ' ORDER BY privilege_type)
+  FROM information_schema.role_table_grants
+ WHERE table_name = 'platformkit_limits' AND grantee = 'regress_pklimit_shadow'
+ GROUP BY grantee;
+REVOKE ALL ON platformkit_limits FROM regress_pklimit_shadow;
+
+-- default privileges do not survive into pklimit's table
+ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON TABLES TO regress_pklimit_shadow;
+DROP EXTENSION pklimit;
+SET client_min_messages = error;
+CREATE EXTENSION pklimit;
+RESET client_min_messages;
+SELECT count(*) AS grants_to_others FROM information_schema.role_table_grants
+ WHERE table_name = 'platformkit_limits' AND grantee = 'regress_pklimit_shadow';
+ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON TABLES FROM regress_pklimit_shadow;
+
+-- pklimit refuses to write its table while it has a trigger (which would
+-- run as the owner inside pklimit's statement), and goes on once it is gone
+CREATE FUNCTION pg_temp.hijack() RETURNS trigger LANGUAGE plpgsql
+  AS $$ BEGIN RAISE NOTICE 'trigger ran'; RETURN NEW; END $$;
+CREATE TRIGGER hijack BEFORE INSERT OR UPDATE ON platformkit_limits
+  FOR EACH ROW EXECUTE FUNCTION pg_temp.hijack();
+SELECT allowed, count, status FROM pklimit_check('guarded', 5, '36500 days');
+SET pklimit.on_unavailable = error;
+SELECT pklimit_allow('guarded', 5, '36500 days');
+RESET pklimit.on_unavailable;
+DROP TRIGGER hijack ON platformkit_limits;
+SELECT allowed, count, status FROM pklimit_check('guarded', 5, '36500 days');
+
 REVOKE CREATE ON SCHEMA public FROM regress_pklimit_shadow;
 DROP ROLE regress_pklimit_shadow;
 DROP ROLE regress_pklimit_other;

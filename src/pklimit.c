@@ -11,7 +11,13 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xlog.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
@@ -24,8 +30,10 @@
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "pklimit.h"
@@ -117,6 +125,74 @@ unschedule_purge(void)
 	SPI_finish();
 }
 
+/* The OID of pklimit's table in the current database, or InvalidOid. */
+static Oid
+pklimit_table(void)
+{
+	Oid			extoid = get_extension_oid("pklimit", true);
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tuple;
+	Oid			nspid = InvalidOid;
+
+	if (!OidIsValid(extoid))
+		return InvalidOid;
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(extoid));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		nspid = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return OidIsValid(nspid) ? get_relname_relid("platformkit_limits", nspid) :
+		InvalidOid;
+}
+
+/*
+ * TRUNCATE, REFERENCES and TRIGGER on pklimit's table get around its row
+ * level security (TRUNCATE empties it, a foreign key probes it, a trigger
+ * runs inside pklimit's statements), so no GRANT may give them to anyone
+ * but the owner.
+ */
+static void
+check_table_grants(void)
+{
+	Oid			relid = pklimit_table();
+	HeapTuple	tuple;
+	Datum		aclDatum;
+	bool		isnull;
+	Oid			owner;
+
+	if (!OidIsValid(relid))
+		return;
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
+		return;
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	aclDatum = SysCacheGetAttr(RELOID, tuple, Anum_pg_class_relacl, &isnull);
+	if (!isnull)
+	{
+		Acl		   *acl = DatumGetAclP(aclDatum);
+		AclItem    *items = ACL_DAT(acl);
+
+		for (int i = 0; i < ACL_NUM(acl); i++)
+		{
+			if (items[i].ai_grantee != owner &&
+				(ACLITEM_GET_PRIVS(items[i]) &
+				 (ACL_TRUNCATE | ACL_REFERENCES | ACL_TRIGGER)))
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("TRUNCATE, REFERENCES and TRIGGER cannot be granted on pklimit's table \"platformkit_limits\""),
+						 errdetail("They would get around its row level security."),
+						 errhint("Grant only SELECT, INSERT, UPDATE or DELETE, or nothing: applications reach the table through pklimit's functions.")));
+		}
+	}
+	ReleaseSysCache(tuple);
+}
+
 /*
  * Statements that need a database to themselves (DROP DATABASE, CREATE
  * DATABASE from it as a template, renaming it, moving it) would fail while
@@ -183,6 +259,10 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 								params, queryEnv, dest, qc);
 	if (dropping_pklimit)
 		unschedule_purge();
+	if (IsA(parsetree, GrantStmt) &&
+		((GrantStmt *) parsetree)->objtype == OBJECT_TABLE &&
+		((GrantStmt *) parsetree)->is_grant)
+		check_table_grants();
 }
 
 void
@@ -218,9 +298,9 @@ _PG_init(void)
 							 NULL, NULL, NULL);
 	DefineCustomIntVariable("pklimit.worker_idle_timeout",
 							"A pklimit worker with no work for this long exits.",
-							NULL,
+							"0 keeps workers running, so a worker slot taken meanwhile cannot leave a database without one.",
 							&pklimit_worker_idle_timeout,
-							60, 1, INT_MAX,
+							60, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
 
@@ -446,7 +526,7 @@ unavailable(const PklimitAnswer *answer, UnavailableCall call)
 			break;
 		case PKLIMIT_LOCK_TIMEOUT:
 			sqlstate = ERRCODE_LOCK_NOT_AVAILABLE;
-			detail = pstrdup("The key's row stayed locked by a transaction, possibly the caller's own, for the whole of pklimit.timeout.");
+			detail = pstrdup("The key's row, or the table, stayed locked by a transaction, possibly the caller's own, for the whole of pklimit.timeout.");
 			break;
 		case PKLIMIT_NO_TABLE:
 			sqlstate = ERRCODE_UNDEFINED_TABLE;

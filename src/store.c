@@ -15,12 +15,14 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "catalog/dependency.h"
 #include "catalog/pg_class.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -103,7 +105,8 @@ static Oid	plan_argtypes[NUM_PLANS][5] = {
 /*
  * The owner of platformkit_limits in schema nspid: pklimit's statements run
  * as this role, so the table's privileges and row level security apply to
- * them as to any other statement.
+ * them as to any other statement.  Raises an error unless the table is the
+ * extension's own and has no trigger or rule.
  */
 Oid
 pklimit_store_owner(Oid nspid)
@@ -112,6 +115,8 @@ pklimit_store_owner(Oid nspid)
 	Oid			relid = get_relname_relid("platformkit_limits", nspid);
 	HeapTuple	tuple;
 	Oid			owner;
+	bool		has_triggers;
+	bool		has_rules;
 
 	/* only the extension's own table: its owner is the role we become */
 	if (!OidIsValid(relid) ||
@@ -126,7 +131,31 @@ pklimit_store_owner(Oid nspid)
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for relation %u", relid);
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	has_triggers = ((Form_pg_class) GETSTRUCT(tuple))->relhastriggers;
+	has_rules = ((Form_pg_class) GETSTRUCT(tuple))->relhasrules;
 	ReleaseSysCache(tuple);
+
+	/*
+	 * A trigger or rule on the table (a foreign key referencing it makes
+	 * triggers too) would run inside pklimit's statements, as the owner and
+	 * with the row level security predicate true.  relhastriggers can stay
+	 * set after the last trigger is dropped, so the relation has the word.
+	 */
+	if (has_triggers || has_rules)
+	{
+		Relation	rel = table_open(relid, AccessShareLock);
+
+		has_triggers = (rel->trigdesc != NULL);
+		has_rules = (rel->rd_rules != NULL);
+		table_close(rel, AccessShareLock);
+		if (has_triggers || has_rules)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("pklimit refuses to write table \"platformkit_limits\" because it has %s",
+							has_triggers ? "triggers" : "rules"),
+					 errdetail("Triggers, foreign keys referencing the table and rules would run with the table owner's privileges."),
+					 errhint("Drop them; pklimit's table must have none.")));
+	}
 	checked_relid = relid;
 	return owner;
 }

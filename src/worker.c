@@ -18,7 +18,9 @@
  * A purge deletes in batches of PKLIMIT_PURGE_BATCH rows, each committed on
  * its own, and the worker serves queued requests between two batches, so a
  * million expired rows neither hold locks for long nor stall the callers.
- * A purge requested while one runs returns at once.
+ * A batch that meets a locked row is tried again on a later round; the
+ * purge fails only if that goes on for PURGE_LOCK_USEC.  A purge requested
+ * while one runs returns at once.
  *
  *-------------------------------------------------------------------------
  */
@@ -49,8 +51,8 @@
 /* How soon a request deferred by a locked row is tried again. */
 #define RETRY_MS 10
 
-/* Longest a purge batch waits for a row lock before the purge fails. */
-#define PURGE_LOCK_TIMEOUT "5s"
+/* Longest a purge keeps meeting a locked row before it fails. */
+#define PURGE_LOCK_USEC (5 * USECS_PER_SEC)
 
 static MemoryContext batch_context;
 
@@ -59,6 +61,7 @@ static int	purge_slot = -1;
 static PklimitRequest purge_request;
 static int64 purge_deleted;
 static TimestampTz purge_from;	/* the next batch starts at this window end */
+static TimestampTz purge_blocked_since;	/* 0, or when a locked row stopped it */
 
 /* The caller's view of a failed transaction, from the error's SQLSTATE. */
 static void
@@ -334,9 +337,6 @@ purge_step(void)
 
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
-		/* a row locked by someone else fails the purge, never hangs it */
-		(void) set_config_option("lock_timeout", PURGE_LOCK_TIMEOUT, PGC_SUSET,
-								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 		pgstat_report_activity(STATE_RUNNING, "pklimit: purge");
 		PushActiveSnapshot(GetTransactionSnapshot());
 		if (SPI_connect() != SPI_OK_CONNECT)
@@ -363,12 +363,23 @@ purge_step(void)
 		edata = CopyErrorData();
 		FlushErrorState();
 		AbortCurrentTransaction();
-		ereport(LOG,
-				(errmsg("pklimit purge failed after deleting " INT64_FORMAT " rows: %s",
-						purge_deleted, edata->message)));
-		answer_error(&answer, edata);
-		purge_finish(&answer, true);
 		deleted = -1;
+		/* a locked row: try the batch again on a later round, for a while */
+		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE &&
+			(purge_blocked_since == 0 ||
+			 GetCurrentTimestamp() - purge_blocked_since < PURGE_LOCK_USEC))
+		{
+			if (purge_blocked_since == 0)
+				purge_blocked_since = GetCurrentTimestamp();
+		}
+		else
+		{
+			ereport(LOG,
+					(errmsg("pklimit purge failed after deleting " INT64_FORMAT " rows: %s",
+							purge_deleted, edata->message)));
+			answer_error(&answer, edata);
+			purge_finish(&answer, true);
+		}
 	}
 	PG_END_TRY();
 	pgstat_report_stat(false);
@@ -378,6 +389,7 @@ purge_step(void)
 	if (deleted < 0)
 		return;
 
+	purge_blocked_since = 0;
 	purge_deleted += deleted;
 	if (deleted < PKLIMIT_PURGE_BATCH)
 	{
@@ -413,6 +425,7 @@ take_purges(PklimitRequest *requests, int *slots, int n)
 			purge_request = requests[i];
 			purge_deleted = 0;
 			purge_from = DT_NOBEGIN;
+			purge_blocked_since = 0;
 			pklimit_purge_begin(purge_request.cutoff);
 		}
 		else
@@ -463,6 +476,8 @@ pklimit_worker_main(Datum main_arg)
 	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET,
 					PGC_S_OVERRIDE);
 	SetConfigOption("row_security", "on", PGC_SUSET, PGC_S_OVERRIDE);
+	/* an acknowledged event survives a crash, whatever the database says */
+	SetConfigOption("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE);
 	/* a locked row defers its request rather than holding up the worker */
 	SetConfigOption("lock_timeout", CppAsString2(BATCH_LOCK_MS), PGC_SUSET,
 					PGC_S_OVERRIDE);
@@ -525,15 +540,18 @@ pklimit_worker_main(Datum main_arg)
 		{
 			purge_step();
 			last_work = GetCurrentTimestamp();
-			continue;
+			if (purge_slot >= 0 && purge_blocked_since == 0)
+				continue;
 		}
 		if (nnew > 0)
 			continue;			/* more may have arrived meanwhile */
 
 		wait_ms = (long) pklimit_worker_idle_timeout * 1000 -
 			(GetCurrentTimestamp() - last_work) / 1000;
-		if (ndeferred > 0)
-			wait_ms = RETRY_MS;
+		if (ndeferred > 0 || purge_slot >= 0)
+			wait_ms = RETRY_MS;	/* a locked row: try again soon */
+		else if (pklimit_worker_idle_timeout == 0)
+			wait_ms = -1;		/* never exit for idleness */
 		else if (wait_ms <= 0)
 		{
 			if (pklimit_worker_retire())
@@ -541,7 +559,8 @@ pklimit_worker_main(Datum main_arg)
 			wait_ms = 1000;
 		}
 		(void) WaitLatch(MyLatch,
-						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 WL_LATCH_SET | (wait_ms >= 0 ? WL_TIMEOUT : 0) |
+						 WL_EXIT_ON_PM_DEATH,
 						 wait_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
