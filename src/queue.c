@@ -38,9 +38,10 @@
 /* A worker that has not attached this long after registration is dead. */
 #define START_GRACE_USEC (10 * USECS_PER_SEC)
 /*
- * After a worker failed to start or died, calls wait before starting
- * another: 1 s, doubling up to 30 s while failures repeat, so a worker that
- * cannot run does not fill the log.  A served batch resets it.
+ * After a database's worker failed to start or died, its calls wait before
+ * starting another: 1 s, doubling up to 30 s while failures repeat, so a
+ * worker that cannot run does not fill the log.  A served batch resets it.
+ * Each database waits on its own, so one cannot hold up another.
  */
 #define MIN_BACKOFF_USEC (1 * USECS_PER_SEC)
 #define MAX_BACKOFF_USEC (30 * USECS_PER_SEC)
@@ -79,18 +80,26 @@ typedef struct PurgeEntry
 	PklimitPurgeStatus status;
 } PurgeEntry;
 
-/* Followed in shared memory by the worker, purge and slot arrays. */
+/* A database's wait before another worker start, after failures. */
+typedef struct Backoff
+{
+	Oid			dboid;			/* InvalidOid: unused */
+	TimestampTz last_failure;
+	int64		usec;
+} Backoff;
+
+/* Followed in shared memory by the worker, purge, back-off and slot arrays. */
 typedef struct SharedState
 {
 	LWLock	   *lock;
 	uint64		next_seq;
-	TimestampTz last_start_failure;
-	int64		backoff_usec;	/* current wait after a failure */
+
 } SharedState;
 
 static SharedState *shared = NULL;
 static WorkerEntry *workers;	/* pklimit_max_workers entries */
 static PurgeEntry *purges;		/* pklimit_max_workers entries */
+static Backoff *backoffs;		/* pklimit_max_workers entries */
 static Slot *slots;				/* pklimit_queue_size entries */
 
 static PurgeEntry *purge_entry(void);
@@ -104,6 +113,7 @@ shared_size(void)
 
 	size = add_size(size, mul_size(pklimit_max_workers, sizeof(WorkerEntry)));
 	size = add_size(size, mul_size(pklimit_max_workers, sizeof(PurgeEntry)));
+	size = add_size(size, mul_size(pklimit_max_workers, sizeof(Backoff)));
 	size = add_size(size, mul_size(pklimit_queue_size, sizeof(Slot)));
 	return size;
 }
@@ -131,7 +141,8 @@ pklimit_shmem_startup(void)
 	}
 	workers = (WorkerEntry *) (base + MAXALIGN(sizeof(SharedState)));
 	purges = (PurgeEntry *) (workers + pklimit_max_workers);
-	slots = (Slot *) (purges + pklimit_max_workers);
+	backoffs = (Backoff *) (purges + pklimit_max_workers);
+	slots = (Slot *) (backoffs + pklimit_max_workers);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -141,13 +152,37 @@ pklimit_preloaded(void)
 	return shared != NULL;
 }
 
-/* Note a failed or lost worker. Lock held. */
-static void
-note_start_failure(TimestampTz now)
+/*
+ * The back-off entry of dboid; with create, a new one (replacing the one
+ * whose last failure is oldest) if it has none.  Lock held.
+ */
+static Backoff *
+backoff_of(Oid dboid, bool create)
 {
-	shared->last_start_failure = now;
-	shared->backoff_usec = Min(MAX_BACKOFF_USEC,
-							   Max(MIN_BACKOFF_USEC, shared->backoff_usec * 2));
+	Backoff    *oldest = &backoffs[0];
+
+	for (int i = 0; i < pklimit_max_workers; i++)
+	{
+		if (backoffs[i].dboid == dboid)
+			return &backoffs[i];
+		if (backoffs[i].last_failure < oldest->last_failure)
+			oldest = &backoffs[i];
+	}
+	if (!create)
+		return NULL;
+	memset(oldest, 0, sizeof(*oldest));
+	oldest->dboid = dboid;
+	return oldest;
+}
+
+/* Note a failed or lost worker of dboid. Lock held. */
+static void
+note_start_failure(Oid dboid, TimestampTz now)
+{
+	Backoff    *b = backoff_of(dboid, true);
+
+	b->last_failure = now;
+	b->usec = Min(MAX_BACKOFF_USEC, Max(MIN_BACKOFF_USEC, b->usec * 2));
 }
 
 static void
@@ -166,6 +201,7 @@ static int
 ensure_worker(Oid dboid, TimestampTz now)
 {
 	int			free_index = -1;
+	Backoff    *backoff;
 	BackgroundWorker bgw;
 
 	for (int i = 0; i < pklimit_max_workers; i++)
@@ -181,8 +217,10 @@ ensure_worker(Oid dboid, TimestampTz now)
 			free_index = i;
 	}
 
-	if (free_index < 0 ||
-		now - shared->last_start_failure < shared->backoff_usec)
+	if (free_index < 0)
+		return -1;
+	backoff = backoff_of(dboid, false);
+	if (backoff && now - backoff->last_failure < backoff->usec)
 		return -1;
 
 	memset(&bgw, 0, sizeof(bgw));
@@ -199,7 +237,7 @@ ensure_worker(Oid dboid, TimestampTz now)
 	/* no handle: nothing here may raise an error while the lock is held */
 	if (!RegisterDynamicBackgroundWorker(&bgw, NULL))
 	{
-		note_start_failure(now);
+		note_start_failure(dboid, now);
 		return -1;
 	}
 
@@ -385,7 +423,7 @@ worker_detach(int code, Datum arg)
 	workers[my_worker].in_use = false;
 	workers[my_worker].pid = 0;
 	if (code != 0)
-		note_start_failure(GetCurrentTimestamp());
+		note_start_failure(MyDatabaseId, GetCurrentTimestamp());
 	if (my_purge_running)
 	{
 		PurgeEntry *entry = purge_entry();
@@ -465,6 +503,8 @@ pklimit_worker_take(PklimitRequest *requests, int *taken, int max)
 void
 pklimit_worker_answer(const int *taken, const PklimitAnswer *answers, int n)
 {
+	Backoff    *backoff;
+
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	for (int j = 0; j < n; j++)
 	{
@@ -479,7 +519,8 @@ pklimit_worker_answer(const int *taken, const PklimitAnswer *answers, int n)
 			set_latch_of(slot->caller_procno);
 		}
 	}
-	shared->backoff_usec = 0;
+	if ((backoff = backoff_of(MyDatabaseId, false)) != NULL)
+		backoff->dboid = InvalidOid;	/* served: no more waiting */
 	LWLockRelease(shared->lock);
 }
 

@@ -48,6 +48,9 @@
 /* Longest a batch waits for a row lock before deferring the request. */
 #define BATCH_LOCK_MS 20
 
+/* How long a batch smaller than the last one waits for the rest. */
+#define GATHER_USEC 100
+
 /* How soon a request deferred by a locked row is tried again. */
 #define RETRY_MS 10
 
@@ -452,6 +455,7 @@ pklimit_worker_main(Datum main_arg)
 	int			answered[BATCH_MAX];
 	bool	   *retry;
 	int			ndeferred = 0;
+	int			last_batch = 0;	/* requests taken last time */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	/* leave between two transactions, answering nobody wrongly */
@@ -508,6 +512,21 @@ pklimit_worker_main(Datum main_arg)
 		/* requests deferred by a locked row stay in front, oldest first */
 		nnew = pklimit_worker_take(requests + ndeferred, slots + ndeferred,
 								   BATCH_MAX - ndeferred);
+
+		/*
+		 * Group commit: callers answered together come back together, so
+		 * when fewer are here than in the last batch, give the others a
+		 * moment to arrive and share this commit flush.
+		 */
+		if (nnew > 0 && nnew < last_batch && ndeferred + nnew < BATCH_MAX)
+		{
+			pg_usleep(GATHER_USEC);
+			nnew += pklimit_worker_take(requests + ndeferred + nnew,
+										slots + ndeferred + nnew,
+										BATCH_MAX - ndeferred - nnew);
+		}
+		if (nnew > 0)
+			last_batch = nnew;
 		nnew = take_purges(requests + ndeferred, slots + ndeferred, nnew);
 		n = ndeferred + nnew;
 		if (n > 0)
