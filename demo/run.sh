@@ -187,19 +187,13 @@ q -c "SELECT format('   %-12s replica %s: allowed = %s, pklimit_count = %s', a.k
 # 4. A login transaction that fails rolls back, and its attempt must still
 #    count: three wrong passwords for dave (tenant acme), each in a request
 #    transaction that rolls back; the fourth attempt is refused.
-rolled_back=$(q <<'SQL'
-BEGIN;
-SET LOCAL platformkit.tenant = 'acme';
-SELECT pklimit_allow('login:dave', 3, '15 minutes') \g /dev/null
-ROLLBACK;
-BEGIN;
-SET LOCAL platformkit.tenant = 'acme';
-SELECT pklimit_allow('login:dave', 3, '15 minutes') \g /dev/null
-ROLLBACK;
-BEGIN;
-SET LOCAL platformkit.tenant = 'acme';
-SELECT pklimit_allow('login:dave', 3, '15 minutes') \g /dev/null
-ROLLBACK;
+rolled_back=$(
+	for attempt in 1 2 3; do
+		printf '%s\n' "BEGIN;" "SET LOCAL platformkit.tenant = 'acme';" \
+			"SELECT pklimit_allow('login:dave', 3, '15 minutes') \\g /dev/null" \
+			"ROLLBACK; -- wrong password $attempt: the request's transaction fails"
+	done | q
+	q <<'SQL'
 BEGIN;
 SET LOCAL platformkit.tenant = 'acme';
 SELECT pklimit_count('login:dave') || ' ' || pklimit_allow('login:dave', 3, '15 minutes');

@@ -25,19 +25,13 @@
 use strict;
 use warnings;
 
-use File::Basename qw(dirname);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PklimitTest;
 
-# Running prove by hand outside "make installcheck": find pg_regress, which
-# Cluster->init needs, in the PGXS tree.
-if (!defined $ENV{PG_REGRESS})
-{
-	my $pgxs = `pg_config --pgxs`;
-	chomp $pgxs;
-	$ENV{PG_REGRESS} = dirname($pgxs) . '/../test/regress/pg_regress';
-}
 
 my $SEED = $ENV{PKLIMIT_SEED} // 20251130;
 die "PKLIMIT_SEED must be an integer\n" unless $SEED =~ /^\d+$/;

@@ -54,7 +54,6 @@ use warnings;
 
 use Digest::SHA qw(sha256_hex);
 use Encode qw(encode_utf8);
-use File::Basename qw(dirname);
 use FindBin;
 use lib $FindBin::RealBin;
 use PostgreSQL::Test::Cluster;
@@ -62,12 +61,6 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use PklimitTest;
 
-if (!defined $ENV{PG_REGRESS})
-{
-	my $pgxs = `pg_config --pgxs`;
-	chomp $pgxs;
-	$ENV{PG_REGRESS} = dirname($pgxs) . '/../test/regress/pg_regress';
-}
 
 my $SEED = $ENV{PKLIMIT_FUZZ_SEED} // 20251201;
 my $NCALLS = $ENV{PKLIMIT_FUZZ_CALLS} // 4000;

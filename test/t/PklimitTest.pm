@@ -7,6 +7,16 @@ use PostgreSQL::Test::Cluster;
 use Test::More;
 use Time::HiRes qw(time);
 use Exporter 'import';
+use File::Basename qw(dirname);
+
+# Running prove by hand outside "make installcheck": find pg_regress, which
+# Cluster->init needs, in the PGXS tree.
+if (!defined $ENV{PG_REGRESS})
+{
+	my $pgxs = `pg_config --pgxs`;
+	chomp $pgxs;
+	$ENV{PG_REGRESS} = dirname($pgxs) . '/../test/regress/pg_regress';
+}
 
 our @EXPORT = qw(pklimit_node worker_pid timed_psql);
 
