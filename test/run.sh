@@ -28,7 +28,12 @@ count_regress() {		# pg_regress and pg_isolation_regress output
 	echo "   $p passed, $f failed"
 }
 
-install_packages
+# the login examples (test/t/060_examples.pl) and pgbouncer (070); Node.js
+# may come from elsewhere with its own npm, which Debian's npm conflicts with
+node_pkgs=()
+command -v npm >/dev/null || node_pkgs=(nodejs npm)
+install_packages python3-psycopg pgbouncer golang-go golang-github-jackc-pgx-v4-dev \
+	"${node_pkgs[@]}"
 build_and_install
 start_cluster
 
