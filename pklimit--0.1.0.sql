@@ -129,28 +129,6 @@ CREATE VIEW @extschema@.pklimit_purge_status AS
 COMMENT ON VIEW @extschema@.pklimit_purge_status IS
 'The last purge of the current database since the server started (see pklimit_purge_status()).';
 
--- Default privileges (ALTER DEFAULT PRIVILEGES) may have granted something
--- on the new table and view; nobody but their owner keeps anything.
-DO $do$
-DECLARE
-	grant_ record;
-BEGIN
-	FOR grant_ IN
-		SELECT DISTINCT c.oid::pg_catalog.regclass AS rel,
-			   pg_catalog.quote_ident(r.rolname) AS grantee
-		FROM pg_catalog.pg_class c,
-			 pg_catalog.aclexplode(c.relacl) a
-			 JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
-		WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
-				'@extschema@.platformkit_limits'::pg_catalog.regclass,
-				'@extschema@.pklimit_purge_status'::pg_catalog.regclass])
-		AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
-	LOOP
-		EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', grant_.rel, grant_.grantee);
-	END LOOP;
-END
-$do$;
-
 REVOKE ALL ON FUNCTION @extschema@.pklimit_purge_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.pklimit_purge_status() TO pg_monitor;
 GRANT SELECT ON @extschema@.pklimit_purge_status TO pg_monitor;
@@ -210,6 +188,50 @@ COMMENT ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) IS
 'Schedules SELECT pklimit_purge() as the pg_cron job pklimit-purge (default: hourly, 0 * * * *) and returns its job id; where pg_cron cannot be reached from this database, raises 55000 with a hint giving the call to run instead.';
 
 REVOKE ALL ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) FROM PUBLIC;
+
+-- Default privileges (ALTER DEFAULT PRIVILEGES) may have granted something
+-- on the new table, view and functions: nobody but their owner keeps any of
+-- it (PUBLIC's EXECUTE on the recording functions is the default, not a
+-- grant, and stays).  Runs last, after the script's own GRANTs and REVOKEs.
+DO $do$
+DECLARE
+	grant_ record;
+BEGIN
+	FOR grant_ IN
+		SELECT DISTINCT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass) AS obj,
+			   CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+			   ELSE pg_catalog.quote_ident(r.rolname) END AS grantee
+		FROM pg_catalog.pg_class c,
+			 pg_catalog.aclexplode(c.relacl) a
+			 LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+		WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+				'@extschema@.platformkit_limits'::pg_catalog.regclass,
+				'@extschema@.pklimit_purge_status'::pg_catalog.regclass])
+		AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+		AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole
+				 AND c.relkind OPERATOR(pg_catalog.=) 'v')
+		UNION
+		SELECT DISTINCT pg_catalog.format('FUNCTION %s', p.oid::pg_catalog.regprocedure),
+			   pg_catalog.quote_ident(r.rolname)
+		FROM pg_catalog.pg_proc p
+			 JOIN pg_catalog.pg_depend d
+			   ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+			  AND d.objid OPERATOR(pg_catalog.=) p.oid
+			  AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+			  AND d.deptype OPERATOR(pg_catalog.=) 'e'
+			 JOIN pg_catalog.pg_extension e
+			   ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+			  AND e.extname OPERATOR(pg_catalog.=) 'pklimit',
+			 pg_catalog.aclexplode(p.proacl) a
+			 JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+		WHERE a.grantee OPERATOR(pg_catalog.<>) p.proowner
+		AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole
+				 AND p.proname OPERATOR(pg_catalog.=) 'pklimit_purge_status')
+	LOOP
+		EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', grant_.obj, grant_.grantee);
+	END LOOP;
+END
+$do$;
 
 -- Schedule the purge now if this is pg_cron's database; otherwise say why
 -- not (as a WARNING: CREATE EXTENSION hides notices).

@@ -128,15 +128,30 @@ SELECT grantee, string_agg(privilege_type, ', ' ORDER BY privilege_type)
  GROUP BY grantee;
 REVOKE ALL ON platformkit_limits FROM regress_pklimit_shadow;
 
--- default privileges do not survive into pklimit's table
+-- nor on a single column
+GRANT REFERENCES (key) ON platformkit_limits TO regress_pklimit_shadow;
+-- and a GRANT on another table is not held up by pklimit's
+CREATE TABLE pg_temp.other_table (x int);
+GRANT REFERENCES ON pg_temp.other_table TO regress_pklimit_shadow;
+DROP TABLE pg_temp.other_table;
+
+-- default privileges do not survive into pklimit's table, view or functions
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON TABLES TO regress_pklimit_shadow;
+ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT EXECUTE ON FUNCTIONS TO regress_pklimit_shadow;
 DROP EXTENSION pklimit;
 SET client_min_messages = error;
 CREATE EXTENSION pklimit;
 RESET client_min_messages;
 SELECT count(*) AS grants_to_others FROM information_schema.role_table_grants
- WHERE table_name = 'platformkit_limits' AND grantee = 'regress_pklimit_shadow';
+ WHERE table_name IN ('platformkit_limits', 'pklimit_purge_status')
+   AND grantee IN ('regress_pklimit_shadow', 'PUBLIC');
+SELECT has_function_privilege('regress_pklimit_shadow', 'pklimit_purge(interval)', 'EXECUTE') AS may_purge,
+       has_function_privilege('regress_pklimit_shadow', 'pklimit_allow(text,bigint,interval)', 'EXECUTE') AS may_allow,
+       has_table_privilege('pg_monitor', 'pklimit_purge_status', 'SELECT') AS monitor_reads_status;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON TABLES FROM regress_pklimit_shadow;
+ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON TABLES FROM PUBLIC;
+ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON FUNCTIONS FROM regress_pklimit_shadow;
 
 -- pklimit refuses to write its table while it has a trigger (which would
 -- run as the owner inside pklimit's statement), and goes on once it is gone

@@ -16,6 +16,7 @@
 #include "access/table.h"
 #include "access/xlog.h"
 #include "catalog/indexing.h"
+#include "catalog/pg_attribute.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_database.h"
@@ -151,46 +152,61 @@ pklimit_table(void)
 		InvalidOid;
 }
 
+/* Does this ACL give TRUNCATE, REFERENCES or TRIGGER to anyone but owner? */
+static bool
+acl_gives_forbidden(Datum aclDatum, Oid owner)
+{
+	Acl		   *acl = DatumGetAclP(aclDatum);
+	AclItem    *items = ACL_DAT(acl);
+
+	for (int i = 0; i < ACL_NUM(acl); i++)
+		if (items[i].ai_grantee != owner &&
+			(ACLITEM_GET_PRIVS(items[i]) &
+			 (ACL_TRUNCATE | ACL_REFERENCES | ACL_TRIGGER)))
+			return true;
+	return false;
+}
+
 /*
- * TRUNCATE, REFERENCES and TRIGGER on pklimit's table get around its row
- * level security (TRUNCATE empties it, a foreign key probes it, a trigger
- * runs inside pklimit's statements), so no GRANT may give them to anyone
- * but the owner.
+ * Does anyone but the owner hold TRUNCATE, REFERENCES or TRIGGER on
+ * pklimit's table, on the table or on one of its columns?  These get around
+ * its row level security: TRUNCATE empties it, a foreign key probes it, a
+ * trigger runs inside pklimit's statements.
  */
-static void
-check_table_grants(void)
+static bool
+table_has_forbidden_grants(void)
 {
 	Oid			relid = pklimit_table();
 	HeapTuple	tuple;
 	Datum		aclDatum;
 	bool		isnull;
 	Oid			owner;
+	int			natts;
+	bool		found = false;
 
 	if (!OidIsValid(relid))
-		return;
+		return false;
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tuple))
-		return;
+		return false;
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	natts = ((Form_pg_class) GETSTRUCT(tuple))->relnatts;
 	aclDatum = SysCacheGetAttr(RELOID, tuple, Anum_pg_class_relacl, &isnull);
-	if (!isnull)
-	{
-		Acl		   *acl = DatumGetAclP(aclDatum);
-		AclItem    *items = ACL_DAT(acl);
-
-		for (int i = 0; i < ACL_NUM(acl); i++)
-		{
-			if (items[i].ai_grantee != owner &&
-				(ACLITEM_GET_PRIVS(items[i]) &
-				 (ACL_TRUNCATE | ACL_REFERENCES | ACL_TRIGGER)))
-				ereport(ERROR,
-						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-						 errmsg("TRUNCATE, REFERENCES and TRIGGER cannot be granted on pklimit's table \"platformkit_limits\""),
-						 errdetail("They would get around its row level security."),
-						 errhint("Grant only SELECT, INSERT, UPDATE or DELETE, or nothing: applications reach the table through pklimit's functions.")));
-		}
-	}
+	found = !isnull && acl_gives_forbidden(aclDatum, owner);
 	ReleaseSysCache(tuple);
+
+	for (AttrNumber att = 1; att <= natts && !found; att++)
+	{
+		tuple = SearchSysCache2(ATTNUM, ObjectIdGetDatum(relid),
+								Int16GetDatum(att));
+		if (!HeapTupleIsValid(tuple))
+			continue;
+		aclDatum = SysCacheGetAttr(ATTNUM, tuple, Anum_pg_attribute_attacl,
+								   &isnull);
+		found = !isnull && acl_gives_forbidden(aclDatum, owner);
+		ReleaseSysCache(tuple);
+	}
+	return found;
 }
 
 /*
@@ -249,6 +265,11 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 {
 	Node	   *parsetree = pstmt->utilityStmt;
 	bool		dropping_pklimit = drops_pklimit(parsetree);
+	bool		granting = IsA(parsetree, GrantStmt) &&
+		((GrantStmt *) parsetree)->is_grant &&
+		(((GrantStmt *) parsetree)->objtype == OBJECT_TABLE ||
+		 ((GrantStmt *) parsetree)->objtype == OBJECT_COLUMN);
+	bool		forbidden_before = granting && table_has_forbidden_grants();
 
 	release_database(parsetree);
 	if (prev_ProcessUtility)
@@ -259,10 +280,13 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 								params, queryEnv, dest, qc);
 	if (dropping_pklimit)
 		unschedule_purge();
-	if (IsA(parsetree, GrantStmt) &&
-		((GrantStmt *) parsetree)->objtype == OBJECT_TABLE &&
-		((GrantStmt *) parsetree)->is_grant)
-		check_table_grants();
+	/* only a GRANT that gave them now is refused, whatever it targeted */
+	if (granting && !forbidden_before && table_has_forbidden_grants())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("TRUNCATE, REFERENCES and TRIGGER cannot be granted on pklimit's table \"platformkit_limits\""),
+				 errdetail("They would get around its row level security."),
+				 errhint("Grant only SELECT, INSERT, UPDATE or DELETE, or nothing: applications reach the table through pklimit's functions.")));
 }
 
 void
@@ -300,7 +324,7 @@ _PG_init(void)
 							"A pklimit worker with no work for this long exits.",
 							"0 keeps workers running, so a worker slot taken meanwhile cannot leave a database without one.",
 							&pklimit_worker_idle_timeout,
-							60, 0, INT_MAX,
+							60, 0, INT_MAX / 1000,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
 

@@ -423,7 +423,7 @@ worker_detach(int code, Datum arg)
 	workers[my_worker].in_use = false;
 	workers[my_worker].pid = 0;
 	if (code != 0)
-		note_start_failure(MyDatabaseId, GetCurrentTimestamp());
+		note_start_failure(workers[my_worker].dboid, GetCurrentTimestamp());
 	if (my_purge_running)
 	{
 		PurgeEntry *entry = purge_entry();
@@ -473,6 +473,8 @@ pklimit_worker_take(PklimitRequest *requests, int *taken, int max)
 	Oid			dboid = MyDatabaseId;
 	int			n = 0;
 
+	if (max <= 0)
+		return 0;
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < pklimit_queue_size; i++)
 	{
@@ -520,7 +522,7 @@ pklimit_worker_answer(const int *taken, const PklimitAnswer *answers, int n)
 		}
 	}
 	if ((backoff = backoff_of(MyDatabaseId, false)) != NULL)
-		backoff->dboid = InvalidOid;	/* served: no more waiting */
+		memset(backoff, 0, sizeof(*backoff));	/* served: no more waiting */
 	LWLockRelease(shared->lock);
 }
 

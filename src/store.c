@@ -7,8 +7,9 @@
  *
  * Every statement names its schema, functions and operators explicitly, so
  * the search_path in force cannot redirect it.  An event's time is read from
- * the server clock inside the statement, after the row lock is taken, so an
- * event that waited for the lock is counted in the window it landed in.
+ * the server clock just before its statement runs; the worker is the table's
+ * only writer and waits at most lock_timeout (20 ms) for a row someone else
+ * locked, so an event lands at most that far from the moment it was read.
  *
  *-------------------------------------------------------------------------
  */

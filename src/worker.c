@@ -65,6 +65,7 @@ static PklimitRequest purge_request;
 static int64 purge_deleted;
 static TimestampTz purge_from;	/* the next batch starts at this window end */
 static TimestampTz purge_blocked_since;	/* 0, or when a locked row stopped it */
+static TimestampTz purge_last_try;
 
 /* The caller's view of a failed transaction, from the error's SQLSTATE. */
 static void
@@ -282,7 +283,7 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 			live[nlive++] = i;
 	}
 
-	while (nlive > 0)
+	for (int lock_failures = 0; nlive > 0;)
 	{
 		bool		locked[BATCH_MAX];
 		int			kept = 0;
@@ -290,6 +291,10 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 		failed = apply_in_transaction(requests, answers, live, nlive, locked);
 		if (failed == 0)
 			break;
+		/* a second locked row in one batch: most likely the table is locked */
+		if (failed == 1 && ++lock_failures >= 2)
+			for (int j = 0; j < nlive; j++)
+				locked[j] = true;
 		if (failed == 2)
 		{
 			if (nlive > 1)
@@ -539,6 +544,12 @@ pklimit_worker_main(Datum main_arg)
 			ndeferred = 0;
 			for (int i = 0; i < n; i++)
 			{
+				/* keep half a batch for keys that are not locked */
+				if (retry[i] && ndeferred >= BATCH_MAX / 2)
+				{
+					retry[i] = false;
+					answers[i].status = PKLIMIT_LOCK_TIMEOUT;
+				}
 				if (retry[i])
 				{
 					requests[ndeferred] = requests[i];
@@ -555,8 +566,12 @@ pklimit_worker_main(Datum main_arg)
 			MemoryContextReset(batch_context);
 			last_work = GetCurrentTimestamp();
 		}
-		if (purge_slot >= 0)
+		/* a purge held up by a locked row tries again every RETRY_MS */
+		if (purge_slot >= 0 &&
+			(purge_blocked_since == 0 ||
+			 GetCurrentTimestamp() - purge_last_try >= RETRY_MS * 1000))
 		{
+			purge_last_try = GetCurrentTimestamp();
 			purge_step();
 			last_work = GetCurrentTimestamp();
 			if (purge_slot >= 0 && purge_blocked_since == 0)
