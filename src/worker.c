@@ -137,8 +137,9 @@ fold(const PklimitRequest *requests, const int *which, int n, int *unit_of,
 
 /*
  * Apply the requests listed in which[] in one transaction, waiting at most
- * BATCH_LOCK_MS for any row lock (lock_timeout), and answer each as serial execution would: the
- * k-th of m folded hits gets the count after its own event.  Returns 0 if
+ * BATCH_LOCK_MS for any row lock (lock_timeout), and answer each as serial
+ * execution would: the k-th of m folded hits gets the count after its own
+ * event.  Returns 0 if
  * it committed.  Otherwise every listed answer says why; on a lock timeout
  * the return value is 1 and locked[j] is set for the requests that met the
  * locked row, on any other failure it is 2.
