@@ -300,9 +300,10 @@ release_slot_on_error(int code, Datum arg)
 
 /*
  * Hand one request to this database's worker and wait for its answer, at
- * most until request->deadline (for a purge: until a worker has taken it).  Never raises an error of its own: every way
- * the store can be unreachable comes back as answer->status.  Query cancel
- * and termination are honoured while waiting, and free the slot.
+ * most until request->deadline (for a purge: until a worker has taken it).
+ * Never raises an error of its own: every way the store can be unreachable
+ * comes back as answer->status.  Query cancel and termination are honoured
+ * while waiting, and free the slot.
  */
 void
 pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
