@@ -67,6 +67,42 @@ static TimestampTz purge_from;	/* the next batch starts at this window end */
 static TimestampTz purge_blocked_since;	/* 0, or when a locked row stopped it */
 static TimestampTz purge_last_try;
 
+/* Start one of the worker's transactions, with SPI and a snapshot. */
+static void
+begin_transaction(const char *activity)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	pgstat_report_activity(STATE_RUNNING, activity);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+static void
+commit_transaction(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+}
+
+/*
+ * In PG_CATCH: keep the error, in the batch's memory, and roll back.  The
+ * abort also restores the user id, SPI and the snapshot stack.
+ */
+static ErrorData *
+abort_transaction(void)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(batch_context);
+	edata = CopyErrorData();
+	FlushErrorState();
+	AbortCurrentTransaction();
+	return edata;
+}
+
 /* The caller's view of a failed transaction, from the error's SQLSTATE. */
 static void
 answer_error(PklimitAnswer *answer, ErrorData *edata)
@@ -159,12 +195,7 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 
 	PG_TRY();
 	{
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		pgstat_report_activity(STATE_RUNNING, "pklimit: applying queued requests");
-		PushActiveSnapshot(GetTransactionSnapshot());
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
+		begin_transaction("pklimit: applying queued requests");
 
 		for (int u = 0; u < nunits; u++)
 		{
@@ -206,18 +237,12 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 			}
 		}
 
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		commit_transaction();
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		ErrorData  *edata = abort_transaction();
 
-		MemoryContextSwitchTo(batch_context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
 		for (int j = 0; j < n; j++)
 			answer_error(&answers[which[j]], edata);
 		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
@@ -344,12 +369,7 @@ purge_step(void)
 		Oid			save_userid;
 		int			save_sec_context;
 
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		pgstat_report_activity(STATE_RUNNING, "pklimit: purge");
-		PushActiveSnapshot(GetTransactionSnapshot());
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
+		begin_transaction("pklimit: purge");
 		/* the extension's own table only; the caller's privileges decide */
 		(void) pklimit_store_owner(purge_request.nspid);
 		GetUserIdAndSecContext(&save_userid, &save_sec_context);
@@ -360,18 +380,12 @@ purge_step(void)
 		deleted = pklimit_store_purge(purge_request.nspid, purge_request.cutoff,
 									  PKLIMIT_PURGE_BATCH, &purge_from);
 		SetUserIdAndSecContext(save_userid, save_sec_context);
-		SPI_finish();
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		commit_transaction();
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		ErrorData  *edata = abort_transaction();
 
-		MemoryContextSwitchTo(batch_context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
 		deleted = -1;
 		/* a locked row: try the batch again on a later round, for a while */
 		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE &&
