@@ -16,6 +16,9 @@
 /* Longest stored key kept readable; longer ones are stored as a digest. */
 #define PKLIMIT_MAX_READABLE_KEY 256
 
+/* Most requests a worker applies in one transaction. */
+#define PKLIMIT_BATCH_MAX 256
+
 /* Rows a purge deletes per transaction. */
 #define PKLIMIT_PURGE_BATCH 1000
 
@@ -114,10 +117,12 @@ extern bool pklimit_status_of_purge(Oid dboid, PklimitPurgeStatus *status);
 /* worker.c */
 extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
 
-/* store.c: applies one operation to the table, in the current transaction */
+/* store.c: applies operations to the table, in the current transaction */
+extern void pklimit_store_hits(Oid nspid, int n, const char *const *keys,
+							   const int64 *window_usec, const int64 *events,
+							   PklimitResult *results);
 extern void pklimit_store_apply(Oid nspid, PklimitOpKind kind,
-								const char *stored_key, int64 window_usec,
-								int64 events, PklimitResult *result);
+								const char *stored_key, PklimitResult *result);
 extern int64 pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit,
 								 TimestampTz *from);
 extern Oid	pklimit_store_owner(Oid nspid);

@@ -248,12 +248,28 @@ ensure_worker(Oid dboid, TimestampTz now)
 	return free_index;
 }
 
-/* Wake the worker at index, if it has attached. Lock held. */
-static void
-wake_worker(int index)
+/*
+ * The process number of the worker at index, to wake once the lock is
+ * released, or -1 if it has not attached yet (it looks at the queue when it
+ * does).  Lock held.
+ */
+static int
+worker_procno(int index)
 {
 	if (index >= 0 && workers[index].pid != 0)
-		set_latch_of(workers[index].procno);
+		return workers[index].procno;
+	return -1;
+}
+
+/*
+ * Set a latch after releasing the lock: the woken process takes the lock
+ * first thing, and would only sleep again on it.
+ */
+static void
+wake(int procno)
+{
+	if (procno >= 0)
+		set_latch_of(procno);
 }
 
 /*
@@ -310,6 +326,7 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 {
 	int			slotno = -1;
 	int			worker;
+	int			procno;
 	bool		had_worker;
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz deadline = request->deadline;
@@ -336,20 +353,30 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 	slots[slotno].worker = -1;
 	slots[slotno].seq = shared->next_seq++;
 	slots[slotno].request = *request;
+	worker = ensure_worker(request->dboid, now);
+	had_worker = (worker >= 0);
+	procno = worker_procno(worker);
 	LWLockRelease(shared->lock);
 
 	PG_ENSURE_ERROR_CLEANUP(release_slot_on_error, Int32GetDatum(slotno));
 	{
-		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		worker = ensure_worker(request->dboid, now);
-		had_worker = (worker >= 0);
-		wake_worker(worker);
-		LWLockRelease(shared->lock);
-
+		wake(procno);
 		for (;;)
 		{
 			long		wait_ms;
 
+			now = GetCurrentTimestamp();
+			if (now < deadline)
+			{
+				wait_ms = Min(POLL_MS, (deadline - now + 999) / 1000);
+				(void) WaitLatch(MyLatch,
+								 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+								 wait_ms, PG_WAIT_EXTENSION);
+				ResetLatch(MyLatch);
+				CHECK_FOR_INTERRUPTS();
+			}
+
+			procno = -1;
 			LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 			if (slots[slotno].state == SLOT_DONE)
 			{
@@ -363,13 +390,14 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 			{
 				worker = ensure_worker(request->dboid, GetCurrentTimestamp());
 				had_worker |= (worker >= 0);
-				wake_worker(worker);
+				procno = worker_procno(worker);
 			}
 			/* a purge, once a worker has it, runs to its end */
 			if (request->kind == PKLIMIT_OP_PURGE &&
 				slots[slotno].state == SLOT_TAKEN)
 				deadline = DT_NOEND;
 			LWLockRelease(shared->lock);
+			wake(procno);
 
 			now = GetCurrentTimestamp();
 			if (now >= deadline)
@@ -378,12 +406,6 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 					answer->status = had_worker ? PKLIMIT_TIMEOUT : PKLIMIT_NO_WORKER;
 				break;
 			}
-			wait_ms = Min(POLL_MS, (deadline - now + 999) / 1000);
-			(void) WaitLatch(MyLatch,
-							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 wait_ms, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
 		}
 	}
 	PG_END_ENSURE_ERROR_CLEANUP(release_slot_on_error, Int32GetDatum(slotno));
@@ -507,7 +529,10 @@ void
 pklimit_worker_answer(const int *taken, const PklimitAnswer *answers, int n)
 {
 	Backoff    *backoff;
+	int			callers[PKLIMIT_BATCH_MAX];
+	int			ncallers = 0;
 
+	Assert(n <= PKLIMIT_BATCH_MAX);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	for (int j = 0; j < n; j++)
 	{
@@ -519,12 +544,14 @@ pklimit_worker_answer(const int *taken, const PklimitAnswer *answers, int n)
 		{
 			slot->answer = answers[j];
 			slot->state = SLOT_DONE;
-			set_latch_of(slot->caller_procno);
+			callers[ncallers++] = slot->caller_procno;
 		}
 	}
 	if ((backoff = backoff_of(MyDatabaseId, false)) != NULL)
 		memset(backoff, 0, sizeof(*backoff));	/* served: no more waiting */
 	LWLockRelease(shared->lock);
+	for (int j = 0; j < ncallers; j++)
+		wake(callers[j]);
 }
 
 /*

@@ -7,13 +7,21 @@
  *		an event is committed whatever becomes of the caller's transaction,
  *		and answers each caller after the commit.
  *
- * Every request queued when the worker wakes goes into one transaction (one
- * commit flush for the lot), applied in arrival order, so each caller gets
- * exactly the answer serial execution would give.  If that transaction
- * fails, each request is retried in a transaction of its own, so one locked
- * row cannot spoil its neighbours' answers.  Row lock waits are bounded by
- * the callers' remaining budget (lock_timeout), so a row locked by anyone,
- * even by a waiting caller's own open transaction, never hangs the worker.
+ * Every request queued when the worker is free goes into one transaction
+ * (one commit flush for the lot), applied in arrival order, so each caller
+ * gets exactly the answer serial execution would give.  The hits on one key
+ * fold into one row update, and the hits on distinct keys go into one
+ * statement.  The worker starts a batch at once, without waiting for more
+ * requests: those arriving during its commit flush make up the next batch,
+ * which measured faster than any pause (bench/RESULTS.md).
+ *
+ * A row lock is waited for only BATCH_LOCK_MS (lock_timeout): the request
+ * that met it is set aside and tried again on a later round while its
+ * caller's budget lasts, and the rest of the batch commits without it, so a
+ * row locked by anyone, even by a waiting caller's own open transaction,
+ * holds up neither the worker nor other keys.  After any other failure each
+ * request is tried in a transaction of its own, so one bad request cannot
+ * spoil its neighbours' answers.
  *
  * A purge deletes in batches of PKLIMIT_PURGE_BATCH rows, each committed on
  * its own, and the worker serves queued requests between two batches, so a
@@ -42,14 +50,8 @@
 
 #include "pklimit.h"
 
-/* Most requests applied in one transaction. */
-#define BATCH_MAX 256
-
 /* Longest a batch waits for a row lock before deferring the request. */
 #define BATCH_LOCK_MS 20
-
-/* How long a batch smaller than the last one waits for the rest. */
-#define GATHER_USEC 100
 
 /* How soon a request deferred by a locked row is tried again. */
 #define RETRY_MS 10
@@ -129,29 +131,34 @@ answer_error(PklimitAnswer *answer, ErrorData *edata)
 }
 
 /*
- * Group the requests listed in which[] into units applied by one statement
- * each: consecutive hits on one key with one window fold into one row
- * update, as long as no count or forget of that key comes between them.
- * unit_of[j] is the unit of which[j]; returns the number of units, which
- * keep the order of their first request.
+ * Group the requests listed in which[] into units, each a row update: the
+ * consecutive hits on one key with one window fold into one unit, as long as
+ * no count or forget of that key comes between them.  unit_of[j] is the unit
+ * of which[j]; units keep the order of their first request, and
+ * unit_repeats[u] says an earlier unit has the same key.  Returns the number
+ * of units.
  */
 static int
 fold(const PklimitRequest *requests, const int *which, int n, int *unit_of,
-	 int *unit_head, int *unit_size)
+	 int *unit_head, int *unit_size, bool *unit_repeats)
 {
 	int			nunits = 0;
-	bool		open[BATCH_MAX];
+	bool		open[PKLIMIT_BATCH_MAX];
 
 	for (int j = 0; j < n; j++)
 	{
 		const PklimitRequest *r = &requests[which[j]];
 		int			u = -1;
+		bool		repeats = false;
 
 		for (int v = 0; v < nunits; v++)
 		{
 			const PklimitRequest *h = &requests[unit_head[v]];
 
-			if (!open[v] || h->nspid != r->nspid || strcmp(h->key, r->key) != 0)
+			if (h->nspid != r->nspid || strcmp(h->key, r->key) != 0)
+				continue;
+			repeats = true;
+			if (!open[v])
 				continue;
 			if (r->kind == PKLIMIT_OP_HIT && h->window_usec == r->window_usec)
 				u = v;
@@ -163,6 +170,7 @@ fold(const PklimitRequest *requests, const int *which, int n, int *unit_of,
 			u = nunits++;
 			unit_head[u] = which[j];
 			unit_size[u] = 0;
+			unit_repeats[u] = repeats;
 			open[u] = (r->kind == PKLIMIT_OP_HIT);
 		}
 		unit_of[j] = u;
@@ -175,37 +183,49 @@ fold(const PklimitRequest *requests, const int *which, int n, int *unit_of,
  * Apply the requests listed in which[] in one transaction, waiting at most
  * BATCH_LOCK_MS for any row lock (lock_timeout), and answer each as serial
  * execution would: the k-th of m folded hits gets the count after its own
- * event.  Returns 0 if
- * it committed.  Otherwise every listed answer says why; on a lock timeout
- * the return value is 1 and locked[j] is set for the requests that met the
- * locked row, on any other failure it is 2.
+ * event.  If grouped, consecutive units of hits on distinct keys go into one
+ * statement.  Returns 0 if it committed.  Otherwise every listed answer says
+ * why; on a lock timeout the return value is 1 and locked[j] is set for the
+ * requests that met the locked row, or 3 if the locked row is one of several
+ * in one statement; on any other failure it is 2.
  */
 static int
 apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
-					 const int *which, int n, bool *locked)
+					 const int *which, int n, bool grouped, bool *locked)
 {
 	volatile int failed = 0;
-	volatile int current = 0;
+	volatile int first = 0;		/* units [first, last) are being applied */
+	volatile int last = 0;
 	Oid			owner_nspid = InvalidOid;
 	Oid			owner = InvalidOid;
-	int			unit_of[BATCH_MAX];
-	int			unit_head[BATCH_MAX];
-	int			unit_size[BATCH_MAX];
-	int			nunits = fold(requests, which, n, unit_of, unit_head, unit_size);
+	int			unit_of[PKLIMIT_BATCH_MAX];
+	int			unit_head[PKLIMIT_BATCH_MAX];
+	int			unit_size[PKLIMIT_BATCH_MAX];
+	bool		unit_repeats[PKLIMIT_BATCH_MAX];
+	PklimitResult results[PKLIMIT_BATCH_MAX];
+	int64		before[PKLIMIT_BATCH_MAX];
+	int			nunits = fold(requests, which, n, unit_of, unit_head, unit_size,
+							  unit_repeats);
 
 	PG_TRY();
 	{
 		begin_transaction("pklimit: applying queued requests");
 
-		for (int u = 0; u < nunits; u++)
+		for (int u = 0; u < nunits; u = last)
 		{
 			const PklimitRequest *r = &requests[unit_head[u]];
-			PklimitResult result;
 			Oid			save_userid;
 			int			save_sec_context;
-			int			k = 0;
 
-			current = u;
+			first = u;
+			last = u + 1;
+			/* one statement records the hits of a run of distinct keys */
+			while (grouped && r->kind == PKLIMIT_OP_HIT && last < nunits &&
+				   requests[unit_head[last]].kind == PKLIMIT_OP_HIT &&
+				   requests[unit_head[last]].nspid == r->nspid &&
+				   !unit_repeats[last])
+				last++;
+
 			if (r->nspid != owner_nspid)
 			{
 				owner = pklimit_store_owner(r->nspid);
@@ -217,27 +237,45 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 								   save_sec_context |
 								   SECURITY_LOCAL_USERID_CHANGE |
 								   SECURITY_RESTRICTED_OPERATION);
-			pklimit_store_apply(r->nspid, r->kind, r->key, r->window_usec,
-								unit_size[u], &result);
+			if (r->kind == PKLIMIT_OP_HIT)
+			{
+				const char *keys[PKLIMIT_BATCH_MAX];
+				int64		windows[PKLIMIT_BATCH_MAX];
+				int64		events[PKLIMIT_BATCH_MAX];
+
+				for (int v = first; v < last; v++)
+				{
+					keys[v - first] = requests[unit_head[v]].key;
+					windows[v - first] = requests[unit_head[v]].window_usec;
+					events[v - first] = unit_size[v];
+				}
+				pklimit_store_hits(r->nspid, last - first, keys, windows,
+								   events, &results[first]);
+			}
+			else
+				pklimit_store_apply(r->nspid, r->kind, r->key, &results[first]);
 			SetUserIdAndSecContext(save_userid, save_sec_context);
 			SPI_freetuptable(SPI_tuptable);
-
-			for (int j = 0; j < n; j++)
-			{
-				PklimitAnswer *a = &answers[which[j]];
-
-				if (unit_of[j] != u)
-					continue;
-				memset(a, 0, sizeof(*a));
-				a->status = PKLIMIT_OK;
-				a->result = result;
-				/* a saturated count stays saturated for every folded event */
-				if (r->kind == PKLIMIT_OP_HIT && result.count < PG_INT64_MAX)
-					a->result.count = result.count - unit_size[u] + (++k);
-			}
 		}
 
 		commit_transaction();
+
+		/* the count before each unit's hits */
+		for (int u = 0; u < nunits; u++)
+			before[u] = results[u].count - unit_size[u];
+		for (int j = 0; j < n; j++)
+		{
+			PklimitAnswer *a = &answers[which[j]];
+			int			u = unit_of[j];
+
+			memset(a, 0, sizeof(*a));
+			a->status = PKLIMIT_OK;
+			a->result = results[u];
+			/* a saturated count stays saturated for every folded event */
+			if (requests[which[j]].kind == PKLIMIT_OP_HIT &&
+				results[u].count < PG_INT64_MAX)
+				a->result.count = ++before[u];
+		}
 	}
 	PG_CATCH();
 	{
@@ -247,9 +285,9 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 			answer_error(&answers[which[j]], edata);
 		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
 		{
-			failed = 1;
+			failed = (last - first > 1) ? 3 : 1;
 			for (int j = 0; j < n; j++)
-				locked[j] = (unit_of[j] == current);
+				locked[j] = (unit_of[j] >= first && unit_of[j] < last);
 		}
 		else
 		{
@@ -292,9 +330,10 @@ static void
 apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 			bool *retry, int n, int ndeferred)
 {
-	int			live[BATCH_MAX];
+	int			live[PKLIMIT_BATCH_MAX];
 	int			nlive = 0;
 	int			failed;
+	bool		grouped = true;
 	TimestampTz now = GetCurrentTimestamp();
 
 	for (int i = 0; i < n; i++)
@@ -311,12 +350,19 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 
 	for (int lock_failures = 0; nlive > 0;)
 	{
-		bool		locked[BATCH_MAX];
+		bool		locked[PKLIMIT_BATCH_MAX];
 		int			kept = 0;
 
-		failed = apply_in_transaction(requests, answers, live, nlive, locked);
+		failed = apply_in_transaction(requests, answers, live, nlive, grouped,
+									  locked);
 		if (failed == 0)
 			break;
+		/* a locked row among several keys: one statement per key finds it */
+		if (failed == 3)
+		{
+			grouped = false;
+			continue;
+		}
 		/* a second locked row in one batch: most likely the table is locked */
 		if (failed == 1 && ++lock_failures >= 2)
 			for (int j = 0; j < nlive; j++)
@@ -326,7 +372,7 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 			if (nlive > 1)
 				for (int j = 0; j < nlive; j++)
 					(void) apply_in_transaction(requests, answers, &live[j], 1,
-												locked);
+												false, locked);
 			break;
 		}
 		/* met a locked row: try those again later, while budget is left */
@@ -472,10 +518,9 @@ pklimit_worker_main(Datum main_arg)
 	PklimitRequest *requests;
 	PklimitAnswer *answers;
 	int		   *slots;
-	int			answered[BATCH_MAX];
+	int			answered[PKLIMIT_BATCH_MAX];
 	bool	   *retry;
 	int			ndeferred = 0;
-	int			last_batch = 0;	/* requests taken last time */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	/* leave between two transactions, answering nobody wrongly */
@@ -508,10 +553,10 @@ pklimit_worker_main(Datum main_arg)
 
 	batch_context = AllocSetContextCreate(TopMemoryContext, "pklimit batch",
 										  ALLOCSET_DEFAULT_SIZES);
-	requests = MemoryContextAlloc(TopMemoryContext, sizeof(PklimitRequest) * BATCH_MAX);
-	answers = MemoryContextAlloc(TopMemoryContext, sizeof(PklimitAnswer) * BATCH_MAX);
-	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * BATCH_MAX);
-	retry = MemoryContextAlloc(TopMemoryContext, sizeof(bool) * BATCH_MAX);
+	requests = MemoryContextAlloc(TopMemoryContext, sizeof(PklimitRequest) * PKLIMIT_BATCH_MAX);
+	answers = MemoryContextAlloc(TopMemoryContext, sizeof(PklimitAnswer) * PKLIMIT_BATCH_MAX);
+	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * PKLIMIT_BATCH_MAX);
+	retry = MemoryContextAlloc(TopMemoryContext, sizeof(bool) * PKLIMIT_BATCH_MAX);
 
 	last_work = GetCurrentTimestamp();
 	for (;;)
@@ -531,22 +576,7 @@ pklimit_worker_main(Datum main_arg)
 
 		/* requests deferred by a locked row stay in front, oldest first */
 		nnew = pklimit_worker_take(requests + ndeferred, slots + ndeferred,
-								   BATCH_MAX - ndeferred);
-
-		/*
-		 * Group commit: callers answered together come back together, so
-		 * when fewer are here than in the last batch, give the others a
-		 * moment to arrive and share this commit flush.
-		 */
-		if (nnew > 0 && nnew < last_batch && ndeferred + nnew < BATCH_MAX)
-		{
-			pg_usleep(GATHER_USEC);
-			nnew += pklimit_worker_take(requests + ndeferred + nnew,
-										slots + ndeferred + nnew,
-										BATCH_MAX - ndeferred - nnew);
-		}
-		if (nnew > 0)
-			last_batch = nnew;
+								   PKLIMIT_BATCH_MAX - ndeferred);
 		nnew = take_purges(requests + ndeferred, slots + ndeferred, nnew);
 		n = ndeferred + nnew;
 		if (n > 0)
@@ -560,7 +590,7 @@ pklimit_worker_main(Datum main_arg)
 			for (int i = 0; i < n; i++)
 			{
 				/* keep half a batch for keys that are not locked */
-				if (retry[i] && ndeferred >= BATCH_MAX / 2)
+				if (retry[i] && ndeferred >= PKLIMIT_BATCH_MAX / 2)
 				{
 					retry[i] = false;
 					answers[i].status = PKLIMIT_LOCK_TIMEOUT;
