@@ -145,7 +145,13 @@ SIZE=$(ratio "$K1M" "$K1")
 
 # backend memory over many calls in one session: private memory (kB) of the
 # pgbench session's backend early and at the end, and of the worker
-private_kb() { awk '/^Private_(Clean|Dirty)/ { s += $2 } END { print s }' "/proc/$1/smaps_rollup"; }
+# private_kb PID: Private_Clean + Private_Dirty of the process's private
+# mappings (heap and stack), in kB.  Shared mappings are left out: pages of
+# shared_buffers only this process has touched count as private there.
+private_kb() {
+	awk '/^[0-9a-f]+-[0-9a-f]+ / { mine = (substr($2, 4, 1) == "p") }
+		mine && /^Private_(Clean|Dirty):/ { s += $2 } END { print s }' "/proc/$1/smaps"
+}
 as_user pgbench -n -c 1 -T $((DURATION * 4)) -f "$B/pklimit_100000.sql" \
 	-h "$PGHOST" -p "$PGPORT" -U postgres "$PKLIMIT_DB" >"$B/mem.out" 2>&1 &
 sleep 2

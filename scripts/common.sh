@@ -70,7 +70,11 @@ CONF
 
 stop_cluster() {
 	as_user pg_ctl -D "$WORKDIR/data" -m immediate stop >/dev/null 2>&1 || true
-	if [ -z "${PKLIMIT_KEEP:-}" ]; then rm -rf "$WORKDIR"; fi
+	if [ -z "${PKLIMIT_KEEP:-}" ]; then
+		rm -rf "$WORKDIR"
+	else
+		log "kept $WORKDIR; start it again with: runuser -u $RUN_AS -- $PG_BIN/pg_ctl -D $WORKDIR/data -l $WORKDIR/server.log start; then psql -h $WORKDIR -p $PKLIMIT_PORT -U postgres $PKLIMIT_DB"
+	fi
 }
 
 # psql against the throwaway cluster.
