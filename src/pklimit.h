@@ -117,12 +117,10 @@ extern bool pklimit_status_of_purge(Oid dboid, PklimitPurgeStatus *status);
 /* worker.c */
 extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
 
-/* store.c: applies operations to the table, in the current transaction */
-extern void pklimit_store_hits(Oid nspid, int n, const char *const *keys,
-							   const int64 *window_usec, const int64 *events,
-							   PklimitResult *results);
+/* store.c: applies one operation to the table, in the current transaction */
 extern void pklimit_store_apply(Oid nspid, PklimitOpKind kind,
-								const char *stored_key, PklimitResult *result);
+								const char *stored_key, int64 window_usec,
+								int64 events, PklimitResult *result);
 extern int64 pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit,
 								 TimestampTz *from);
 extern Oid	pklimit_store_owner(Oid nspid);

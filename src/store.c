@@ -20,9 +20,7 @@
 #include "catalog/dependency.h"
 #include "catalog/pg_class.h"
 #include "commands/extension.h"
-#include "catalog/pg_type.h"
 #include "executor/spi.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -42,7 +40,6 @@ bool		pklimit_in_system = false;
 enum
 {
 	PLAN_HIT,
-	PLAN_HITS,
 	PLAN_COUNT,
 	PLAN_FORGET,
 	PLAN_PURGE,
@@ -54,38 +51,26 @@ static Oid	plans_nspid = InvalidOid;
 static char plans_nspname[NAMEDATALEN];
 
 /*
- * The hits: one INSERT ... ON CONFLICT DO UPDATE for any number of distinct
- * keys, each with its own window and number of events, so a batch of many
- * keys costs one executor run.  The windows and the events' time come from
- * pklimit_store_hits, read from the server clock just before the statement
- * runs: pklimit's worker is the table's only writer, so no other writer of
- * a row can come between.  The count saturates at the largest bigint
- * instead of overflowing.
+ * The hit: one INSERT ... ON CONFLICT DO UPDATE.  The window and the event's
+ * time come from the caller of pklimit_store_apply, read from the server
+ * clock just before the statement runs: pklimit's worker is the table's only
+ * writer, so no other writer of the row can come between.  The count
+ * saturates at the largest bigint instead of overflowing.
  */
-#define PKLIMIT_HIT_SQL(rows) \
-	"INSERT INTO %s.platformkit_limits AS l" \
-	" (key, window_start, window_end, count, updated_at) " \
-	rows \
-	" ON CONFLICT (key) DO UPDATE SET" \
-	" count = CASE WHEN l.window_start OPERATOR(pg_catalog.=) excluded.window_start" \
-	"               AND l.window_end OPERATOR(pg_catalog.=) excluded.window_end" \
-	"   THEN CASE WHEN l.count OPERATOR(pg_catalog.>)" \
-	"          (9223372036854775807::pg_catalog.int8" \
-	"           OPERATOR(pg_catalog.-) excluded.count)" \
-	"        THEN 9223372036854775807::pg_catalog.int8" \
-	"        ELSE l.count OPERATOR(pg_catalog.+) excluded.count END" \
-	"   ELSE excluded.count END," \
-	" window_start = excluded.window_start, window_end = excluded.window_end," \
-	" updated_at = excluded.updated_at" \
-	" RETURNING l.key, l.count, l.window_end, l.updated_at"
-
 static const char *const plan_sql[NUM_PLANS] = {
-	/* one key, the common case: a plain VALUES row is the cheapest */
-	PKLIMIT_HIT_SQL("VALUES ($1, $2, $3, $4, $5)"),
-	PKLIMIT_HIT_SQL("SELECT u.key, u.window_start, u.window_end, u.events, $5"
-					" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
-					"  pg_catalog.unnest($3), pg_catalog.unnest($4))"
-					"  AS u(key, window_start, window_end, events)"),
+	"INSERT INTO %s.platformkit_limits AS l"
+	" (key, window_start, window_end, count, updated_at)"
+	" VALUES ($1, $2, $3, $4, $5)"
+	" ON CONFLICT (key) DO UPDATE SET"
+	" count = CASE WHEN l.window_start OPERATOR(pg_catalog.=) $2"
+	"               AND l.window_end OPERATOR(pg_catalog.=) $3"
+	"   THEN CASE WHEN l.count OPERATOR(pg_catalog.>)"
+	"          (9223372036854775807::pg_catalog.int8 OPERATOR(pg_catalog.-) $4)"
+	"        THEN 9223372036854775807::pg_catalog.int8"
+	"        ELSE l.count OPERATOR(pg_catalog.+) $4 END"
+	"   ELSE $4 END,"
+	" window_start = $2, window_end = $3, updated_at = $5"
+	" RETURNING l.count, l.window_end, l.updated_at",
 
 	"SELECT l.count, l.window_end FROM %s.platformkit_limits l"
 	" WHERE l.key OPERATOR(pg_catalog.=) $1"
@@ -110,11 +95,9 @@ static const char *const plan_sql[NUM_PLANS] = {
 	" SELECT pg_catalog.count(*), pg_catalog.max(d.window_end) FROM d",
 };
 
-static const int plan_nargs[NUM_PLANS] = {5, 5, 1, 1, 3};
+static const int plan_nargs[NUM_PLANS] = {5, 1, 1, 3};
 static Oid	plan_argtypes[NUM_PLANS][5] = {
 	{TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},
-	{TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID,
-	TIMESTAMPTZOID},
 	{TEXTOID},
 	{TEXTOID},
 	{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},
@@ -247,13 +230,13 @@ run_plan(Oid nspid, int which, Datum *values, bool read_latest)
 	return rc;
 }
 
-/* Column col of result row row; none of them can be NULL. */
+/* Column col of the single result row; none of them can be NULL. */
 static Datum
-get_col(uint64 row, int col)
+get_col(int col)
 {
 	bool		isnull;
-	Datum		d = SPI_getbinval(SPI_tuptable->vals[row],
-								  SPI_tuptable->tupdesc, col, &isnull);
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+								  col, &isnull);
 
 	if (isnull)
 		elog(ERROR, "pklimit: column %d of platformkit_limits is null", col);
@@ -261,79 +244,15 @@ get_col(uint64 row, int col)
 }
 
 /*
- * Record events on n distinct keys in one statement: events[i] events on
- * keys[i] in its fixed window of window_usec[i] microseconds, aligned to
- * the Unix epoch.  results[i] gets the count after them.  The caller has
- * connected to SPI.
- */
-void
-pklimit_store_hits(Oid nspid, int n, const char *const *keys,
-				   const int64 *window_usec, const int64 *events,
-				   PklimitResult *results)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz since_epoch = now - PKLIMIT_UNIX_EPOCH;
-	Datum	   *d = palloc(sizeof(Datum) * n * 4);
-	Datum		values[5];
-	int			rc;
-
-	memset(results, 0, sizeof(PklimitResult) * n);
-	for (int i = 0; i < n; i++)
-	{
-		int64		w = window_usec[i];
-		TimestampTz start = now - (since_epoch % w +
-								   (since_epoch % w < 0 ? w : 0));
-
-		d[i] = CStringGetTextDatum(keys[i]);
-		d[n + i] = TimestampTzGetDatum(start);
-		d[2 * n + i] = TimestampTzGetDatum(start + w);
-		d[3 * n + i] = Int64GetDatum(events[i]);
-	}
-	if (n == 1)
-		memcpy(values, d, sizeof(Datum) * 4);
-	else
-	{
-		values[0] = PointerGetDatum(construct_array(d, n, TEXTOID, -1, false,
-													TYPALIGN_INT));
-		for (int i = 1; i < 4; i++)
-			values[i] = PointerGetDatum(construct_array(d + i * n, n,
-														i < 3 ? TIMESTAMPTZOID : INT8OID,
-														8, FLOAT8PASSBYVAL,
-														TYPALIGN_DOUBLE));
-	}
-	values[4] = TimestampTzGetDatum(now);
-
-	rc = run_plan(nspid, n == 1 ? PLAN_HIT : PLAN_HITS, values, false);
-	if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != (uint64) n)
-		elog(ERROR, "pklimit: recording events returned %d", rc);
-
-	/* rows come back in input order; look further only if they do not */
-	for (int r = 0; r < n; r++)
-	{
-		char	   *key = TextDatumGetCString(get_col(r, 1));
-		int			i = r;
-
-		if (strcmp(keys[i], key) != 0)
-			for (i = 0; i < n && strcmp(keys[i], key) != 0; i++)
-				;
-		if (i == n)
-			elog(ERROR, "pklimit: recording events returned an unknown key");
-		results[i].found = true;
-		results[i].count = DatumGetInt64(get_col(r, 2));
-		results[i].window_end = DatumGetTimestampTz(get_col(r, 3));
-		results[i].event_at = DatumGetTimestampTz(get_col(r, 4));
-	}
-}
-
-/*
- * Read the count of stored_key's open window, or forget the key.  The
- * caller has connected to SPI.
+ * Apply one operation for stored_key.  For a hit, window_usec is the window
+ * length and events how many events to record (at least 1).  The caller
+ * has connected to SPI.
  */
 void
 pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
-					PklimitResult *result)
+					int64 window_usec, int64 events, PklimitResult *result)
 {
-	Datum		values[1];
+	Datum		values[5];
 	int			rc;
 
 	memset(result, 0, sizeof(*result));
@@ -341,6 +260,28 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 
 	switch (kind)
 	{
+		case PKLIMIT_OP_HIT:
+			{
+				/* the fixed window aligned to the Unix epoch */
+				TimestampTz now = GetCurrentTimestamp();
+				TimestampTz since_epoch = now - PKLIMIT_UNIX_EPOCH;
+				TimestampTz start = now - (since_epoch % window_usec +
+										   (since_epoch % window_usec < 0 ?
+											window_usec : 0));
+
+				values[1] = TimestampTzGetDatum(start);
+				values[2] = TimestampTzGetDatum(start + window_usec);
+				values[3] = Int64GetDatum(events);
+				values[4] = TimestampTzGetDatum(now);
+				rc = run_plan(nspid, PLAN_HIT, values, false);
+				if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
+					elog(ERROR, "pklimit: recording an event returned %d", rc);
+				result->found = true;
+				result->count = DatumGetInt64(get_col(1));
+				result->window_end = DatumGetTimestampTz(get_col(2));
+				result->event_at = DatumGetTimestampTz(get_col(3));
+				break;
+			}
 		case PKLIMIT_OP_COUNT:
 			rc = run_plan(nspid, PLAN_COUNT, values, true);
 			if (rc != SPI_OK_SELECT)
@@ -348,8 +289,8 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 			if (SPI_processed == 1)
 			{
 				result->found = true;
-				result->count = DatumGetInt64(get_col(0, 1));
-				result->window_end = DatumGetTimestampTz(get_col(0, 2));
+				result->count = DatumGetInt64(get_col(1));
+				result->window_end = DatumGetTimestampTz(get_col(2));
 			}
 			break;
 		case PKLIMIT_OP_FORGET:
@@ -358,10 +299,8 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 				elog(ERROR, "pklimit: forgetting a key returned %d", rc);
 			result->found = (SPI_processed > 0);
 			break;
-		case PKLIMIT_OP_HIT:
 		case PKLIMIT_OP_PURGE:
-			elog(ERROR, "pklimit: operation %d goes through its own function",
-				 (int) kind);
+			elog(ERROR, "pklimit: a purge is not a single operation");
 			break;
 	}
 }
@@ -386,7 +325,7 @@ pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit,
 	rc = run_plan(nspid, PLAN_PURGE, values, false);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "pklimit: purge returned %d", rc);
-	deleted = DatumGetInt64(get_col(0, 1));
+	deleted = DatumGetInt64(get_col(1));
 	last = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
 						 &isnull);
 	if (!isnull)

@@ -10,10 +10,10 @@
  * Every request queued when the worker is free goes into one transaction
  * (one commit flush for the lot), applied in arrival order, so each caller
  * gets exactly the answer serial execution would give.  The hits on one key
- * fold into one row update, and the hits on distinct keys go into one
- * statement.  The worker starts a batch at once, without waiting for more
- * requests: those arriving during its commit flush make up the next batch,
- * which measured faster than any pause (bench/RESULTS.md).
+ * fold into one row update; every statement touches one key, so the table
+ * stays distributable by key.  The worker starts a batch at once, without
+ * waiting for more requests: those arriving during its commit flush make up
+ * the next batch, which measured faster than any pause (bench/RESULTS.md).
  *
  * A row lock is waited for only BATCH_LOCK_MS (lock_timeout): the request
  * that met it is set aside and tried again on a later round while its
@@ -131,16 +131,16 @@ answer_error(PklimitAnswer *answer, ErrorData *edata)
 }
 
 /*
- * Group the requests listed in which[] into units, each a row update: the
- * consecutive hits on one key with one window fold into one unit, as long as
- * no count or forget of that key comes between them.  unit_of[j] is the unit
- * of which[j]; units keep the order of their first request, and
- * unit_repeats[u] says an earlier unit has the same key.  Returns the number
- * of units.
+ * Group the requests listed in which[] into units applied by one statement
+ * each: consecutive hits on one key with one window fold into one row
+ * update, as long as no count or forget of that key comes between them and
+ * neither is marked in unfold[] (indexed like requests[]).  unit_of[j] is
+ * the unit of which[j]; returns the number of units, which keep the order
+ * of their first request.
  */
 static int
-fold(const PklimitRequest *requests, const int *which, int n, int *unit_of,
-	 int *unit_head, int *unit_size, bool *unit_repeats)
+fold(const PklimitRequest *requests, const int *which, int n,
+	 const bool *unfold, int *unit_of, int *unit_head, int *unit_size)
 {
 	int			nunits = 0;
 	bool		open[PKLIMIT_BATCH_MAX];
@@ -149,18 +149,15 @@ fold(const PklimitRequest *requests, const int *which, int n, int *unit_of,
 	{
 		const PklimitRequest *r = &requests[which[j]];
 		int			u = -1;
-		bool		repeats = false;
 
 		for (int v = 0; v < nunits; v++)
 		{
 			const PklimitRequest *h = &requests[unit_head[v]];
 
-			if (h->nspid != r->nspid || strcmp(h->key, r->key) != 0)
+			if (!open[v] || h->nspid != r->nspid || strcmp(h->key, r->key) != 0)
 				continue;
-			repeats = true;
-			if (!open[v])
-				continue;
-			if (r->kind == PKLIMIT_OP_HIT && h->window_usec == r->window_usec)
+			if (r->kind == PKLIMIT_OP_HIT && h->window_usec == r->window_usec &&
+				!unfold[which[j]])
 				u = v;
 			else
 				open[v] = false;	/* a later hit must not jump over r */
@@ -170,8 +167,7 @@ fold(const PklimitRequest *requests, const int *which, int n, int *unit_of,
 			u = nunits++;
 			unit_head[u] = which[j];
 			unit_size[u] = 0;
-			unit_repeats[u] = repeats;
-			open[u] = (r->kind == PKLIMIT_OP_HIT);
+			open[u] = (r->kind == PKLIMIT_OP_HIT && !unfold[which[j]]);
 		}
 		unit_of[j] = u;
 		unit_size[u]++;
@@ -179,53 +175,54 @@ fold(const PklimitRequest *requests, const int *which, int n, int *unit_of,
 	return nunits;
 }
 
+/* What became of one transaction of apply_in_transaction. */
+typedef enum ApplyOutcome
+{
+	APPLY_COMMITTED,
+	APPLY_LOCKED,				/* a row lock was not granted in time */
+	APPLY_FAILED,				/* any other error */
+	APPLY_UNFOLD				/* rolled back: folded hits reached the maximum */
+} ApplyOutcome;
+
 /*
  * Apply the requests listed in which[] in one transaction, waiting at most
  * BATCH_LOCK_MS for any row lock (lock_timeout), and answer each as serial
  * execution would: the k-th of m folded hits gets the count after its own
- * event.  If grouped, consecutive units of hits on distinct keys go into one
- * statement.  Returns 0 if it committed.  Otherwise every listed answer says
- * why; on a lock timeout the return value is 1 and locked[j] is set for the
- * requests that met the locked row, or 3 if the locked row is one of several
- * in one statement; on any other failure it is 2.
+ * event.  Otherwise every listed answer says why.  On APPLY_LOCKED,
+ * locked[j] is set for the requests that met the locked row.
+ *
+ * A folded unit whose count comes back at the largest bigint does not say
+ * where it started, so its events could not get their own counts: the
+ * transaction is rolled back, its requests are marked in unfold[] and the
+ * caller applies them again one statement per event (APPLY_UNFOLD).
  */
-static int
+static ApplyOutcome
 apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
-					 const int *which, int n, bool grouped, bool *locked)
+					 const int *which, int n, bool *unfold, bool *locked)
 {
-	volatile int failed = 0;
-	volatile int first = 0;		/* units [first, last) are being applied */
-	volatile int last = 0;
+	volatile ApplyOutcome outcome = APPLY_COMMITTED;
+	volatile int current = 0;
 	Oid			owner_nspid = InvalidOid;
 	Oid			owner = InvalidOid;
 	int			unit_of[PKLIMIT_BATCH_MAX];
 	int			unit_head[PKLIMIT_BATCH_MAX];
 	int			unit_size[PKLIMIT_BATCH_MAX];
-	bool		unit_repeats[PKLIMIT_BATCH_MAX];
-	PklimitResult results[PKLIMIT_BATCH_MAX];
-	int64		before[PKLIMIT_BATCH_MAX];
-	int			nunits = fold(requests, which, n, unit_of, unit_head, unit_size,
-							  unit_repeats);
+	int			nunits = fold(requests, which, n, unfold, unit_of, unit_head,
+							  unit_size);
 
 	PG_TRY();
 	{
 		begin_transaction("pklimit: applying queued requests");
 
-		for (int u = 0; u < nunits; u = last)
+		for (int u = 0; u < nunits; u++)
 		{
 			const PklimitRequest *r = &requests[unit_head[u]];
+			PklimitResult result;
 			Oid			save_userid;
 			int			save_sec_context;
+			int			k = 0;
 
-			first = u;
-			last = u + 1;
-			/* one statement records the hits of a run of distinct keys */
-			while (grouped && r->kind == PKLIMIT_OP_HIT && last < nunits &&
-				   requests[unit_head[last]].kind == PKLIMIT_OP_HIT &&
-				   requests[unit_head[last]].nspid == r->nspid &&
-				   !unit_repeats[last])
-				last++;
-
+			current = u;
 			if (r->nspid != owner_nspid)
 			{
 				owner = pklimit_store_owner(r->nspid);
@@ -237,45 +234,42 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 								   save_sec_context |
 								   SECURITY_LOCAL_USERID_CHANGE |
 								   SECURITY_RESTRICTED_OPERATION);
-			if (r->kind == PKLIMIT_OP_HIT)
-			{
-				const char *keys[PKLIMIT_BATCH_MAX];
-				int64		windows[PKLIMIT_BATCH_MAX];
-				int64		events[PKLIMIT_BATCH_MAX];
-
-				for (int v = first; v < last; v++)
-				{
-					keys[v - first] = requests[unit_head[v]].key;
-					windows[v - first] = requests[unit_head[v]].window_usec;
-					events[v - first] = unit_size[v];
-				}
-				pklimit_store_hits(r->nspid, last - first, keys, windows,
-								   events, &results[first]);
-			}
-			else
-				pklimit_store_apply(r->nspid, r->kind, r->key, &results[first]);
+			pklimit_store_apply(r->nspid, r->kind, r->key, r->window_usec,
+								unit_size[u], &result);
 			SetUserIdAndSecContext(save_userid, save_sec_context);
 			SPI_freetuptable(SPI_tuptable);
+
+			if (r->kind == PKLIMIT_OP_HIT && unit_size[u] > 1 &&
+				result.count == PG_INT64_MAX)
+			{
+				for (int j = 0; j < n; j++)
+					if (unit_of[j] == u)
+						unfold[which[j]] = true;
+				outcome = APPLY_UNFOLD;
+				break;
+			}
+			for (int j = 0; j < n; j++)
+			{
+				PklimitAnswer *a = &answers[which[j]];
+
+				if (unit_of[j] != u)
+					continue;
+				memset(a, 0, sizeof(*a));
+				a->status = PKLIMIT_OK;
+				a->result = result;
+				if (r->kind == PKLIMIT_OP_HIT)
+					a->result.count = result.count - unit_size[u] + (++k);
+			}
 		}
 
-		commit_transaction();
-
-		/* the count before each unit's hits */
-		for (int u = 0; u < nunits; u++)
-			before[u] = results[u].count - unit_size[u];
-		for (int j = 0; j < n; j++)
+		if (outcome == APPLY_UNFOLD)
 		{
-			PklimitAnswer *a = &answers[which[j]];
-			int			u = unit_of[j];
-
-			memset(a, 0, sizeof(*a));
-			a->status = PKLIMIT_OK;
-			a->result = results[u];
-			/* a saturated count stays saturated for every folded event */
-			if (requests[which[j]].kind == PKLIMIT_OP_HIT &&
-				results[u].count < PG_INT64_MAX)
-				a->result.count = ++before[u];
+			SPI_finish();
+			PopActiveSnapshot();
+			AbortCurrentTransaction();
 		}
+		else
+			commit_transaction();
 	}
 	PG_CATCH();
 	{
@@ -285,13 +279,13 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 			answer_error(&answers[which[j]], edata);
 		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
 		{
-			failed = (last - first > 1) ? 3 : 1;
+			outcome = APPLY_LOCKED;
 			for (int j = 0; j < n; j++)
-				locked[j] = (unit_of[j] >= first && unit_of[j] < last);
+				locked[j] = (unit_of[j] == current);
 		}
 		else
 		{
-			failed = 2;
+			outcome = APPLY_FAILED;
 			ereport(LOG,
 					(errmsg_plural("pklimit worker could not apply %d request: %s",
 								   "pklimit worker could not apply %d requests: %s",
@@ -303,7 +297,7 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 	MemoryContextSwitchTo(batch_context);
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
-	return failed;
+	return outcome;
 }
 
 /*
@@ -332,13 +326,14 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 {
 	int			live[PKLIMIT_BATCH_MAX];
 	int			nlive = 0;
-	int			failed;
-	bool		grouped = true;
+	ApplyOutcome outcome;
+	bool		unfold[PKLIMIT_BATCH_MAX];
 	TimestampTz now = GetCurrentTimestamp();
 
 	for (int i = 0; i < n; i++)
 	{
 		retry[i] = false;
+		unfold[i] = false;
 		memset(&answers[i], 0, sizeof(answers[i]));
 		if (i < ndeferred && !worth_retrying(requests[i].deadline))
 			answers[i].status = PKLIMIT_LOCK_TIMEOUT;
@@ -353,26 +348,22 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 		bool		locked[PKLIMIT_BATCH_MAX];
 		int			kept = 0;
 
-		failed = apply_in_transaction(requests, answers, live, nlive, grouped,
-									  locked);
-		if (failed == 0)
+		outcome = apply_in_transaction(requests, answers, live, nlive, unfold,
+									   locked);
+		if (outcome == APPLY_COMMITTED)
 			break;
-		/* a locked row among several keys: one statement per key finds it */
-		if (failed == 3)
-		{
-			grouped = false;
-			continue;
-		}
+		if (outcome == APPLY_UNFOLD)
+			continue;			/* again, without folding what saturated */
 		/* a second locked row in one batch: most likely the table is locked */
-		if (failed == 1 && ++lock_failures >= 2)
+		if (outcome == APPLY_LOCKED && ++lock_failures >= 2)
 			for (int j = 0; j < nlive; j++)
 				locked[j] = true;
-		if (failed == 2)
+		if (outcome == APPLY_FAILED)
 		{
 			if (nlive > 1)
 				for (int j = 0; j < nlive; j++)
 					(void) apply_in_transaction(requests, answers, &live[j], 1,
-												false, locked);
+												unfold, locked);
 			break;
 		}
 		/* met a locked row: try those again later, while budget is left */
