@@ -124,6 +124,7 @@ extern void pklimit_store_apply(Oid nspid, PklimitOpKind kind,
 extern int64 pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit,
 								 TimestampTz *from);
 extern Oid	pklimit_store_owner(Oid nspid);
+extern bool pklimit_store_table_free(Oid nspid);
 extern bool pklimit_in_system;
 
 #endif							/* PKLIMIT_H */

@@ -353,6 +353,7 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 	slots[slotno].worker = -1;
 	slots[slotno].seq = shared->next_seq++;
 	slots[slotno].request = *request;
+	/* raises no error, so the slot cannot leak before the cleanup below */
 	worker = ensure_worker(request->dboid, now);
 	had_worker = (worker >= 0);
 	procno = worker_procno(worker);
@@ -440,6 +441,7 @@ worker_detach(int code, Datum arg)
 			memset(&slot->answer, 0, sizeof(slot->answer));
 			slot->answer.status = PKLIMIT_NO_WORKER;
 			slot->state = SLOT_DONE;
+			/* under the lock: a worker's exit is rare, and may hold many */
 			set_latch_of(slot->caller_procno);
 		}
 	}
@@ -532,7 +534,8 @@ pklimit_worker_answer(const int *taken, const PklimitAnswer *answers, int n)
 	int			callers[PKLIMIT_BATCH_MAX];
 	int			ncallers = 0;
 
-	Assert(n <= PKLIMIT_BATCH_MAX);
+	if (n > PKLIMIT_BATCH_MAX)
+		elog(ERROR, "pklimit: %d answers exceed a batch", n);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	for (int j = 0; j < n; j++)
 	{

@@ -21,6 +21,7 @@
 #include "catalog/pg_class.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -159,6 +160,21 @@ pklimit_store_owner(Oid nspid)
 	}
 	checked_relid = relid;
 	return owner;
+}
+
+/*
+ * Is platformkit_limits in schema nspid free to write, or does another
+ * transaction hold a lock on the whole table?  Takes the table's
+ * RowExclusiveLock, which pklimit's statements take anyway, if it is
+ * granted at once; in a transaction.
+ */
+bool
+pklimit_store_table_free(Oid nspid)
+{
+	Oid			relid = get_relname_relid("platformkit_limits", nspid);
+
+	return !OidIsValid(relid) ||
+		ConditionalLockRelationOid(relid, RowExclusiveLock);
 }
 
 /*

@@ -15,13 +15,15 @@
  * waiting for more requests: those arriving during its commit flush make up
  * the next batch, which measured faster than any pause (bench/RESULTS.md).
  *
- * A row lock is waited for only BATCH_LOCK_MS (lock_timeout): the request
- * that met it is set aside and tried again on a later round while its
- * caller's budget lasts, and the rest of the batch commits without it, so a
- * row locked by anyone, even by a waiting caller's own open transaction,
- * holds up neither the worker nor other keys.  After any other failure each
- * request is tried in a transaction of its own, so one bad request cannot
- * spoil its neighbours' answers.
+ * A row lock is waited for only BATCH_LOCK_MS (lock_timeout): the requests
+ * on that key are set aside, and the rest of the batch commits without them.
+ * Set-aside requests are tried again every RETRY_MS, in a transaction that
+ * waits only RETRY_LOCK_MS, while their callers' budget lasts, and new
+ * requests on their key join them untried, so a row locked by anyone, even
+ * by a waiting caller's own open transaction, holds up neither the worker
+ * nor other keys.  A table locked as a whole sets aside the whole batch.
+ * After any other failure each request is tried in a transaction of its
+ * own, so one bad request cannot spoil its neighbours' answers.
  *
  * A purge deletes in batches of PKLIMIT_PURGE_BATCH rows, each committed on
  * its own, and the worker serves queued requests between two batches, so a
@@ -53,8 +55,13 @@
 /* Longest a batch waits for a row lock before deferring the request. */
 #define BATCH_LOCK_MS 20
 
-/* How soon a request deferred by a locked row is tried again. */
-#define RETRY_MS 10
+/*
+ * Requests set aside by a locked row are tried again every RETRY_MS, in a
+ * transaction of their own that waits only RETRY_LOCK_MS for the lock, so a
+ * row that stays locked costs the other keys little.
+ */
+#define RETRY_MS 20
+#define RETRY_LOCK_MS 2
 
 /* Longest a purge keeps meeting a locked row before it fails. */
 #define PURGE_LOCK_USEC (5 * USECS_PER_SEC)
@@ -130,6 +137,12 @@ answer_error(PklimitAnswer *answer, ErrorData *edata)
 			sizeof(answer->message));
 }
 
+static bool
+same_key(const PklimitRequest *a, const PklimitRequest *b)
+{
+	return a->nspid == b->nspid && strcmp(a->key, b->key) == 0;
+}
+
 /*
  * Group the requests listed in which[] into units applied by one statement
  * each: consecutive hits on one key with one window fold into one row
@@ -154,7 +167,7 @@ fold(const PklimitRequest *requests, const int *which, int n,
 		{
 			const PklimitRequest *h = &requests[unit_head[v]];
 
-			if (!open[v] || h->nspid != r->nspid || strcmp(h->key, r->key) != 0)
+			if (!open[v] || !same_key(h, r))
 				continue;
 			if (r->kind == PKLIMIT_OP_HIT && h->window_usec == r->window_usec &&
 				!unfold[which[j]])
@@ -180,6 +193,7 @@ typedef enum ApplyOutcome
 {
 	APPLY_COMMITTED,
 	APPLY_LOCKED,				/* a row lock was not granted in time */
+	APPLY_TABLE_LOCKED,			/* another transaction locks the whole table */
 	APPLY_FAILED,				/* any other error */
 	APPLY_UNFOLD				/* rolled back: folded hits reached the maximum */
 } ApplyOutcome;
@@ -189,7 +203,9 @@ typedef enum ApplyOutcome
  * BATCH_LOCK_MS for any row lock (lock_timeout), and answer each as serial
  * execution would: the k-th of m folded hits gets the count after its own
  * event.  Otherwise every listed answer says why.  On APPLY_LOCKED,
- * locked[j] is set for the requests that met the locked row.
+ * locked[j] is set for the requests on the key whose row was locked.  If
+ * probe_table, a table locked by another transaction is found first, without
+ * waiting (APPLY_TABLE_LOCKED).
  *
  * A folded unit whose count comes back at the largest bigint does not say
  * where it started, so its events could not get their own counts: the
@@ -198,7 +214,8 @@ typedef enum ApplyOutcome
  */
 static ApplyOutcome
 apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
-					 const int *which, int n, bool *unfold, bool *locked)
+					 const int *which, int n, bool probe_table, bool *unfold,
+					 bool *locked)
 {
 	volatile ApplyOutcome outcome = APPLY_COMMITTED;
 	volatile int current = 0;
@@ -213,8 +230,10 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 	PG_TRY();
 	{
 		begin_transaction("pklimit: applying queued requests");
+		if (probe_table && !pklimit_store_table_free(requests[which[0]].nspid))
+			outcome = APPLY_TABLE_LOCKED;
 
-		for (int u = 0; u < nunits; u++)
+		for (int u = 0; u < nunits && outcome == APPLY_COMMITTED; u++)
 		{
 			const PklimitRequest *r = &requests[unit_head[u]];
 			PklimitResult result;
@@ -262,14 +281,14 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 			}
 		}
 
-		if (outcome == APPLY_UNFOLD)
+		if (outcome == APPLY_COMMITTED)
+			commit_transaction();
+		else
 		{
 			SPI_finish();
 			PopActiveSnapshot();
 			AbortCurrentTransaction();
 		}
-		else
-			commit_transaction();
 	}
 	PG_CATCH();
 	{
@@ -279,9 +298,12 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 			answer_error(&answers[which[j]], edata);
 		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
 		{
+			const PklimitRequest *r = &requests[unit_head[current]];
+
+			/* every request on that key would meet the same locked row */
 			outcome = APPLY_LOCKED;
 			for (int j = 0; j < n; j++)
-				locked[j] = (unit_of[j] == current);
+				locked[j] = same_key(&requests[which[j]], r);
 		}
 		else
 		{
@@ -311,23 +333,27 @@ worth_retrying(TimestampTz deadline)
 }
 
 /*
- * Apply a batch of n requests, the first ndeferred of which have met a
- * locked row before.  Requests whose caller has given up are answered
- * without being applied.  A batch waits for a row lock only briefly: the
- * request that met a locked row is taken out, marked in retry[] to be tried
- * again on the worker's next round, and the rest is committed without it,
- * so a locked row holds up neither the worker nor other keys.  After any
- * other failure each request is tried in a transaction of its own, so one
- * bad request cannot spoil its neighbours' answers.
+ * Apply a batch of n requests; if set_aside, all of them have met a locked
+ * row before.  Those marked in skip[] (if not NULL) are set aside untried:
+ * their key has requests set aside already, so they would only wait for the
+ * same locked row, and they keep their order behind them.  Requests whose
+ * caller has given up are answered without being applied.  A batch waits for a row lock only briefly: the requests on a key
+ * whose row is locked are taken out, marked in retry[] to be tried again
+ * later, and the rest is committed without them, so a locked row holds up
+ * neither the worker nor other keys.  A table locked by another transaction
+ * sets aside the whole batch.  After any other failure each request is
+ * tried in a transaction of its own, so one bad request cannot spoil its
+ * neighbours' answers.
  */
 static void
 apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
-			bool *retry, int n, int ndeferred)
+			bool *retry, int n, bool set_aside, const bool *skip)
 {
 	int			live[PKLIMIT_BATCH_MAX];
 	int			nlive = 0;
 	ApplyOutcome outcome;
 	bool		unfold[PKLIMIT_BATCH_MAX];
+	bool		probe_table = false;
 	TimestampTz now = GetCurrentTimestamp();
 
 	for (int i = 0; i < n; i++)
@@ -335,38 +361,51 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 		retry[i] = false;
 		unfold[i] = false;
 		memset(&answers[i], 0, sizeof(answers[i]));
-		if (i < ndeferred && !worth_retrying(requests[i].deadline))
+		if ((set_aside || (skip && skip[i])) &&
+			!worth_retrying(requests[i].deadline))
 			answers[i].status = PKLIMIT_LOCK_TIMEOUT;
+		else if (skip && skip[i])
+		{
+			answers[i].status = PKLIMIT_LOCK_TIMEOUT;
+			retry[i] = true;
+		}
 		else if (requests[i].deadline <= now)
 			answers[i].status = PKLIMIT_TIMEOUT;
 		else
 			live[nlive++] = i;
 	}
 
-	for (int lock_failures = 0; nlive > 0;)
+	while (nlive > 0)
 	{
 		bool		locked[PKLIMIT_BATCH_MAX];
 		int			kept = 0;
 
-		outcome = apply_in_transaction(requests, answers, live, nlive, unfold,
-									   locked);
+		outcome = apply_in_transaction(requests, answers, live, nlive,
+									   probe_table, unfold, locked);
 		if (outcome == APPLY_COMMITTED)
 			break;
 		if (outcome == APPLY_UNFOLD)
 			continue;			/* again, without folding what saturated */
-		/* a second locked row in one batch: most likely the table is locked */
-		if (outcome == APPLY_LOCKED && ++lock_failures >= 2)
-			for (int j = 0; j < nlive; j++)
-				locked[j] = true;
 		if (outcome == APPLY_FAILED)
 		{
 			if (nlive > 1)
 				for (int j = 0; j < nlive; j++)
 					(void) apply_in_transaction(requests, answers, &live[j], 1,
-												unfold, locked);
+												false, unfold, locked);
 			break;
 		}
-		/* met a locked row: try those again later, while budget is left */
+		/* a locked row: was it the whole table?  Find out next time round */
+		probe_table = true;
+		if (outcome == APPLY_TABLE_LOCKED)
+		{
+			for (int j = 0; j < nlive; j++)
+			{
+				memset(&answers[live[j]], 0, sizeof(answers[live[j]]));
+				answers[live[j]].status = PKLIMIT_LOCK_TIMEOUT;
+				locked[j] = true;
+			}
+		}
+		/* try those again later, while budget is left */
 		for (int j = 0; j < nlive; j++)
 		{
 			if (locked[j])
@@ -512,6 +551,7 @@ pklimit_worker_main(Datum main_arg)
 	int			answered[PKLIMIT_BATCH_MAX];
 	bool	   *retry;
 	int			ndeferred = 0;
+	TimestampTz deferred_tried = 0;	/* when set-aside requests were tried */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	/* leave between two transactions, answering nobody wrongly */
@@ -573,9 +613,45 @@ pklimit_worker_main(Datum main_arg)
 		if (n > 0)
 		{
 			int			nanswered = 0;
+			bool		skip[PKLIMIT_BATCH_MAX];
+			bool		had_deferred = (ndeferred > 0);
 
 			MemoryContextSwitchTo(batch_context);
-			apply_batch(requests, answers, retry, n, ndeferred);
+
+			/* new requests first; those on a key set aside join it */
+			for (int i = ndeferred; i < n; i++)
+			{
+				skip[i - ndeferred] = false;
+				for (int d = 0; d < ndeferred && !skip[i - ndeferred]; d++)
+					skip[i - ndeferred] = same_key(&requests[i], &requests[d]);
+			}
+			apply_batch(requests + ndeferred, answers + ndeferred,
+						retry + ndeferred, nnew, false, skip);
+
+			/* then, every RETRY_MS, the requests set aside by a locked row */
+			if (ndeferred > 0 &&
+				GetCurrentTimestamp() - deferred_tried >= RETRY_MS * 1000)
+			{
+				for (int i = 0; i < ndeferred; i++)
+					if (pklimit_worker_abandoned(slots[i]))
+						requests[i].deadline = 0;	/* its caller gave up */
+				SetConfigOption("lock_timeout", CppAsString2(RETRY_LOCK_MS),
+								PGC_SUSET, PGC_S_OVERRIDE);
+				apply_batch(requests, answers, retry, ndeferred, true, NULL);
+				SetConfigOption("lock_timeout", CppAsString2(BATCH_LOCK_MS),
+								PGC_SUSET, PGC_S_OVERRIDE);
+				deferred_tried = GetCurrentTimestamp();
+			}
+			else
+			{
+				for (int i = 0; i < ndeferred; i++)
+				{
+					retry[i] = worth_retrying(requests[i].deadline);
+					memset(&answers[i], 0, sizeof(answers[i]));
+					answers[i].status = PKLIMIT_LOCK_TIMEOUT;
+				}
+			}
+
 			/* answer the rest; keep the deferred ones in front */
 			ndeferred = 0;
 			for (int i = 0; i < n; i++)
@@ -597,7 +673,10 @@ pklimit_worker_main(Datum main_arg)
 					answered[nanswered++] = slots[i];
 				}
 			}
-			pklimit_worker_answer(answered, answers, nanswered);
+			if (nanswered > 0)
+				pklimit_worker_answer(answered, answers, nanswered);
+			if (ndeferred > 0 && !had_deferred)
+				deferred_tried = GetCurrentTimestamp(); /* newly set aside */
 			MemoryContextSwitchTo(TopMemoryContext);
 			MemoryContextReset(batch_context);
 			last_work = GetCurrentTimestamp();

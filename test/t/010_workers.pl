@@ -103,12 +103,20 @@ is($node->psql('postgres', 'ALTER DATABASE other RENAME TO other2'), 0, 'so does
 is($node->psql('postgres', 'DROP DATABASE other2'), 0, 'and DROP DATABASE');
 is($node->safe_psql('copy', "SELECT pklimit_count('shared-name')"), '6', 'the copy keeps its counts (5, and the one recorded above)');
 
-# --- a row locked by someone else delays no other key, even in one batch
+# --- a row locked by someone else delays no other key, even in one batch,
+# even with calls on it in two windows and a forget of it waiting meanwhile
 my $locker = $node->background_psql('postgres');
 $locker->query_safe("SELECT pklimit_allow('held', 100, '36500 days')");
 $locker->query_safe("BEGIN; SELECT 1 FROM platformkit_limits WHERE key = 'g:held' FOR UPDATE");
-my $waiter = $node->background_psql('postgres', on_error_stop => 0);
-$waiter->query_until(qr/go/, "\\echo go\nSET pklimit.timeout = '3s'; SELECT pklimit_allow('held', 100, '36500 days') FROM generate_series(1, 3);\n");
+my @waiters;
+for my $call ("pklimit_allow('held', 100, '36500 days')", "pklimit_allow('held', 100, '1 hour')",
+	"pklimit_forget('held')")
+{
+	my $waiter = $node->background_psql('postgres', on_error_stop => 0);
+	$waiter->query_until(qr/go/,
+		"\\echo go\nSET pklimit.timeout = '3s'; SELECT $call FROM generate_series(1, 3);\n");
+	push @waiters, $waiter;
+}
 my $bench = $node->basedir . '/others.sql';
 open my $fh, '>', $bench or die;
 print $fh "\\set k random(1, 20)\nSELECT pklimit_allow('other-' || :k, 1000, '36500 days');\n";
@@ -121,7 +129,7 @@ is($node->safe_psql('postgres', "SELECT sum(pklimit_count('other-' || i)) FROM g
 	'400', 'and all 400 counted');
 $locker->query_safe('ROLLBACK');
 $locker->quit;
-$waiter->quit;
+$_->quit for @waiters;
 
 
 $node->stop;
