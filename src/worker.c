@@ -52,7 +52,7 @@
 
 #include "pklimit.h"
 
-/* Longest a batch waits for a row lock before deferring the request. */
+/* Longest a batch waits for a row lock before setting its key aside. */
 #define BATCH_LOCK_MS 20
 
 /*
@@ -337,13 +337,13 @@ worth_retrying(TimestampTz deadline)
  * row before.  Those marked in skip[] (if not NULL) are set aside untried:
  * their key has requests set aside already, so they would only wait for the
  * same locked row, and they keep their order behind them.  Requests whose
- * caller has given up are answered without being applied.  A batch waits for a row lock only briefly: the requests on a key
- * whose row is locked are taken out, marked in retry[] to be tried again
- * later, and the rest is committed without them, so a locked row holds up
- * neither the worker nor other keys.  A table locked by another transaction
- * sets aside the whole batch.  After any other failure each request is
- * tried in a transaction of its own, so one bad request cannot spoil its
- * neighbours' answers.
+ * caller has given up are answered without being applied.  A batch waits
+ * for a row lock only briefly: the requests on a key whose row is locked are
+ * taken out, marked in retry[] to be tried again later, and the rest is
+ * committed without them, so a locked row holds up neither the worker nor
+ * other keys.  A table locked by another transaction sets aside the whole
+ * batch.  After any other failure each request is tried in a transaction of
+ * its own, so one bad request cannot spoil its neighbours' answers.
  */
 static void
 apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
