@@ -550,7 +550,10 @@ unavailable(const PklimitAnswer *answer, UnavailableCall call)
 			break;
 		case PKLIMIT_LOCK_TIMEOUT:
 			sqlstate = ERRCODE_LOCK_NOT_AVAILABLE;
-			detail = pstrdup("The key's row, or the table, stayed locked by a transaction, possibly the caller's own, for the whole of pklimit.timeout.");
+			if (call == CALL_PURGES)
+				detail = pstrdup("A row the purge had to delete, or the table, stayed locked by another transaction for 5 seconds.");
+			else
+				detail = pstrdup("The key's row, or the table, stayed locked by a transaction, possibly the caller's own, for the whole of pklimit.timeout.");
 			break;
 		case PKLIMIT_NO_TABLE:
 			sqlstate = ERRCODE_UNDEFINED_TABLE;

@@ -63,6 +63,9 @@
 #define RETRY_MS 20
 #define RETRY_LOCK_MS 2
 
+/* Time kept in hand for an answer to reach a caller before its deadline. */
+#define ANSWER_MS 5
+
 /* Longest a purge keeps meeting a locked row before it fails. */
 #define PURGE_LOCK_USEC (5 * USECS_PER_SEC)
 
@@ -323,13 +326,29 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 }
 
 /*
- * Is there budget left before deadline for another try at a locked row
- * (one lock wait), with time to spare for the answer to reach the caller?
+ * Is there budget left before deadline for another try at a locked row (the
+ * next round of set-aside requests and its lock wait), with time to spare
+ * for the answer to reach the caller?
  */
 static bool
 worth_retrying(TimestampTz deadline)
 {
-	return (deadline - GetCurrentTimestamp()) / 1000 > 3 * BATCH_LOCK_MS;
+	return (deadline - GetCurrentTimestamp()) / 1000 >
+		RETRY_MS + RETRY_LOCK_MS + ANSWER_MS;
+}
+
+/* Set how long a statement waits for a lock (lock_timeout), in ms. */
+static void
+set_lock_wait(int ms)
+{
+	static int	current = -1;
+	char		value[16];
+
+	if (ms == current)
+		return;
+	snprintf(value, sizeof(value), "%d", ms);
+	SetConfigOption("lock_timeout", value, PGC_SUSET, PGC_S_OVERRIDE);
+	current = ms;
 }
 
 /*
@@ -356,6 +375,7 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 	bool		probe_table = false;
 	TimestampTz now = GetCurrentTimestamp();
 
+	set_lock_wait(set_aside ? RETRY_LOCK_MS : BATCH_LOCK_MS);
 	for (int i = 0; i < n; i++)
 	{
 		retry[i] = false;
@@ -394,27 +414,50 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 												false, unfold, locked);
 			break;
 		}
-		/* a locked row: was it the whole table?  Find out next time round */
-		probe_table = true;
+		/* a table locked as a whole holds up its writes, not its reads */
 		if (outcome == APPLY_TABLE_LOCKED)
 		{
 			for (int j = 0; j < nlive; j++)
 			{
-				memset(&answers[live[j]], 0, sizeof(answers[live[j]]));
-				answers[live[j]].status = PKLIMIT_LOCK_TIMEOUT;
-				locked[j] = true;
+				locked[j] = (requests[live[j]].kind != PKLIMIT_OP_COUNT);
+				if (locked[j])
+				{
+					memset(&answers[live[j]], 0, sizeof(answers[live[j]]));
+					answers[live[j]].status = PKLIMIT_LOCK_TIMEOUT;
+				}
 			}
 		}
-		/* try those again later, while budget is left */
+
+		/*
+		 * Try those again later, while budget is left.  The rest goes on,
+		 * without the callers that have given up meanwhile, and waits only
+		 * briefly for any other lock, so several locked rows cost one long
+		 * wait.  Was it the whole table?  The next round finds out.
+		 */
+		now = GetCurrentTimestamp();
+		probe_table = false;
 		for (int j = 0; j < nlive; j++)
 		{
+			const PklimitRequest *r = &requests[live[j]];
+
 			if (locked[j])
-				retry[live[j]] = worth_retrying(requests[live[j]].deadline);
+				retry[live[j]] = worth_retrying(r->deadline);
+			else if (r->deadline <= now)
+			{
+				memset(&answers[live[j]], 0, sizeof(answers[live[j]]));
+				answers[live[j]].status = PKLIMIT_TIMEOUT;
+			}
 			else
+			{
 				live[kept++] = live[j];
+				probe_table |= (r->kind != PKLIMIT_OP_COUNT &&
+								outcome == APPLY_LOCKED);
+			}
 		}
 		nlive = kept;
+		set_lock_wait(RETRY_LOCK_MS);
 	}
+	set_lock_wait(set_aside ? RETRY_LOCK_MS : BATCH_LOCK_MS);
 }
 
 /* Answer the running purge's caller and forget the purge. */
@@ -445,6 +488,8 @@ purge_step(void)
 		Oid			save_userid;
 		int			save_sec_context;
 
+		/* a table lock that held up the last try is waited for briefly */
+		set_lock_wait(purge_blocked_since != 0 ? RETRY_LOCK_MS : BATCH_LOCK_MS);
 		begin_transaction("pklimit: purge");
 		/* the extension's own table only; the caller's privileges decide */
 		(void) pklimit_store_owner(purge_request.nspid);
@@ -579,8 +624,7 @@ pklimit_worker_main(Datum main_arg)
 	/* an acknowledged event survives a crash, whatever the database says */
 	SetConfigOption("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE);
 	/* a locked row defers its request rather than holding up the worker */
-	SetConfigOption("lock_timeout", CppAsString2(BATCH_LOCK_MS), PGC_SUSET,
-					PGC_S_OVERRIDE);
+	set_lock_wait(BATCH_LOCK_MS);
 
 	batch_context = AllocSetContextCreate(TopMemoryContext, "pklimit batch",
 										  ALLOCSET_DEFAULT_SIZES);
@@ -596,6 +640,12 @@ pklimit_worker_main(Datum main_arg)
 		int			nnew;
 		long		wait_ms;
 
+		/*
+		 * Between transactions there is nothing to cancel: a cancel
+		 * (pg_cancel_backend) that arrives now would only end the worker.
+		 * SIGINT stays handled, since lock_timeout works through it.
+		 */
+		QueryCancelPending = false;
 		CHECK_FOR_INTERRUPTS();
 		if (ShutdownRequestPending)
 			proc_exit(0);
@@ -618,11 +668,12 @@ pklimit_worker_main(Datum main_arg)
 
 			MemoryContextSwitchTo(batch_context);
 
-			/* new requests first; those on a key set aside join it */
+			/* new requests first; writes on a key set aside join it */
 			for (int i = ndeferred; i < n; i++)
 			{
 				skip[i - ndeferred] = false;
-				for (int d = 0; d < ndeferred && !skip[i - ndeferred]; d++)
+				for (int d = 0; d < ndeferred && !skip[i - ndeferred] &&
+					 requests[i].kind != PKLIMIT_OP_COUNT; d++)
 					skip[i - ndeferred] = same_key(&requests[i], &requests[d]);
 			}
 			apply_batch(requests + ndeferred, answers + ndeferred,
@@ -635,11 +686,7 @@ pklimit_worker_main(Datum main_arg)
 				for (int i = 0; i < ndeferred; i++)
 					if (pklimit_worker_abandoned(slots[i]))
 						requests[i].deadline = 0;	/* its caller gave up */
-				SetConfigOption("lock_timeout", CppAsString2(RETRY_LOCK_MS),
-								PGC_SUSET, PGC_S_OVERRIDE);
 				apply_batch(requests, answers, retry, ndeferred, true, NULL);
-				SetConfigOption("lock_timeout", CppAsString2(BATCH_LOCK_MS),
-								PGC_SUSET, PGC_S_OVERRIDE);
 				deferred_tried = GetCurrentTimestamp();
 			}
 			else
