@@ -103,14 +103,16 @@ is($node->psql('postgres', 'ALTER DATABASE other RENAME TO other2'), 0, 'so does
 is($node->psql('postgres', 'DROP DATABASE other2'), 0, 'and DROP DATABASE');
 is($node->safe_psql('copy', "SELECT pklimit_count('shared-name')"), '6', 'the copy keeps its counts (5, and the one recorded above)');
 
-# --- a row locked by someone else delays no other key, even in one batch,
-# even with calls on it in two windows and a forget of it waiting meanwhile
+# --- rows locked by someone else delay no other key, even in one batch,
+# even with calls on one of them in two windows and a forget of it, and
+# calls on four more locked rows, waiting meanwhile
 my $locker = $node->background_psql('postgres');
-$locker->query_safe("SELECT pklimit_allow('held', 100, '36500 days')");
-$locker->query_safe("BEGIN; SELECT 1 FROM platformkit_limits WHERE key = 'g:held' FOR UPDATE");
+$locker->query_safe("SELECT pklimit_allow(k, 100, '36500 days') FROM unnest(ARRAY['held', 'held2', 'held3', 'held4', 'held5']) k");
+is($locker->query_safe("BEGIN; SELECT count(*) FROM (SELECT 1 FROM platformkit_limits WHERE key LIKE 'g:held%' FOR UPDATE) l"),
+	'5', 'five rows locked');
 my @waiters;
 for my $call ("pklimit_allow('held', 100, '36500 days')", "pklimit_allow('held', 100, '1 hour')",
-	"pklimit_forget('held')")
+	"pklimit_forget('held')", map { "pklimit_allow('held$_', 100, '36500 days')" } 2 .. 5)
 {
 	my $waiter = $node->background_psql('postgres', on_error_stop => 0);
 	$waiter->query_until(qr/go/,
@@ -124,7 +126,7 @@ close $fh;
 my ($bout, $berr) = ('', '');
 IPC::Run::run([ 'pgbench', '-n', '-c', '4', '-t', '100', '-f', $bench, '-h', $node->host, '-p', $node->port, 'postgres' ],
 	'>', \$bout, '2>', \$berr);
-unlike($berr, qr/WARNING/, '400 calls on other keys while a row is locked: none unavailable');
+unlike($berr, qr/WARNING/, '400 calls on other keys while rows are locked: none unavailable');
 is($node->safe_psql('postgres', "SELECT sum(pklimit_count('other-' || i)) FROM generate_series(1, 20) i"),
 	'400', 'and all 400 counted');
 $locker->query_safe('ROLLBACK');
