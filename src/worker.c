@@ -21,7 +21,7 @@
  * waits only RETRY_LOCK_MS, while their callers' budget lasts, and new
  * requests on their key join them untried, so a row locked by anyone, even
  * by a waiting caller's own open transaction, holds up neither the worker
- * nor other keys.  A table locked as a whole sets aside the whole batch.
+ * nor other keys.  A table locked as a whole sets aside a batch's writes.
  * After any other failure each request is tried in a transaction of its
  * own, so one bad request cannot spoil its neighbours' answers.
  *
@@ -48,6 +48,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "pklimit.h"
@@ -202,8 +203,8 @@ typedef enum ApplyOutcome
 } ApplyOutcome;
 
 /*
- * Apply the requests listed in which[] in one transaction, waiting at most
- * BATCH_LOCK_MS for any row lock (lock_timeout), and answer each as serial
+ * Apply the requests listed in which[] in one transaction, waiting for a row
+ * lock no longer than lock_timeout says (set_lock_wait), and answer each as serial
  * execution would: the k-th of m folded hits gets the count after its own
  * event.  Otherwise every listed answer says why.  On APPLY_LOCKED,
  * locked[j] is set for the requests on the key whose row was locked.  If
@@ -303,10 +304,15 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 		{
 			const PklimitRequest *r = &requests[unit_head[current]];
 
-			/* every request on that key would meet the same locked row */
+			/*
+			 * Every write on that key would meet the same locked row; its
+			 * counts only read, unless a count is what met the lock.
+			 */
 			outcome = APPLY_LOCKED;
 			for (int j = 0; j < n; j++)
-				locked[j] = same_key(&requests[which[j]], r);
+				locked[j] = same_key(&requests[which[j]], r) &&
+					(requests[which[j]].kind != PKLIMIT_OP_COUNT ||
+					 r->kind == PKLIMIT_OP_COUNT);
 		}
 		else
 		{
@@ -326,15 +332,16 @@ apply_in_transaction(const PklimitRequest *requests, PklimitAnswer *answers,
 }
 
 /*
- * Is there budget left before deadline for another try at a locked row (the
- * next round of set-aside requests and its lock wait), with time to spare
- * for the answer to reach the caller?
+ * Is there budget left before deadline for another try at a locked row, with
+ * time to spare for the answer to reach the caller?  The next try comes
+ * within RETRY_MS, give or take a round of the worker (a new batch may wait
+ * BATCH_LOCK_MS for a lock first), and the answer after it.
  */
 static bool
 worth_retrying(TimestampTz deadline)
 {
 	return (deadline - GetCurrentTimestamp()) / 1000 >
-		RETRY_MS + RETRY_LOCK_MS + ANSWER_MS;
+		2 * RETRY_MS + BATCH_LOCK_MS + ANSWER_MS;
 }
 
 /* Set how long a statement waits for a lock (lock_timeout), in ms. */
@@ -360,8 +367,8 @@ set_lock_wait(int ms)
  * for a row lock only briefly: the requests on a key whose row is locked are
  * taken out, marked in retry[] to be tried again later, and the rest is
  * committed without them, so a locked row holds up neither the worker nor
- * other keys.  A table locked by another transaction sets aside the whole
- * batch.  After any other failure each request is tried in a transaction of
+ * other keys.  A table locked by another transaction sets aside the
+ * batch's writes.  After any other failure each request is tried in a transaction of
  * its own, so one bad request cannot spoil its neighbours' answers.
  */
 static void
@@ -488,7 +495,7 @@ purge_step(void)
 		Oid			save_userid;
 		int			save_sec_context;
 
-		/* a table lock that held up the last try is waited for briefly */
+		/* a lock that held up the last try is waited for briefly */
 		set_lock_wait(purge_blocked_since != 0 ? RETRY_LOCK_MS : BATCH_LOCK_MS);
 		begin_transaction("pklimit: purge");
 		/* the extension's own table only; the caller's privileges decide */
@@ -592,6 +599,7 @@ pklimit_worker_main(Datum main_arg)
 	TimestampTz last_work;
 	PklimitRequest *requests;
 	PklimitAnswer *answers;
+	PklimitAnswer *answers_out;
 	int		   *slots;
 	int			answered[PKLIMIT_BATCH_MAX];
 	bool	   *retry;
@@ -630,6 +638,7 @@ pklimit_worker_main(Datum main_arg)
 										  ALLOCSET_DEFAULT_SIZES);
 	requests = MemoryContextAlloc(TopMemoryContext, sizeof(PklimitRequest) * PKLIMIT_BATCH_MAX);
 	answers = MemoryContextAlloc(TopMemoryContext, sizeof(PklimitAnswer) * PKLIMIT_BATCH_MAX);
+	answers_out = MemoryContextAlloc(TopMemoryContext, sizeof(PklimitAnswer) * PKLIMIT_BATCH_MAX);
 	slots = MemoryContextAlloc(TopMemoryContext, sizeof(int) * PKLIMIT_BATCH_MAX);
 	retry = MemoryContextAlloc(TopMemoryContext, sizeof(bool) * PKLIMIT_BATCH_MAX);
 
@@ -646,6 +655,7 @@ pklimit_worker_main(Datum main_arg)
 		 * SIGINT stays handled, since lock_timeout works through it.
 		 */
 		QueryCancelPending = false;
+		(void) get_timeout_indicator(LOCK_TIMEOUT, true);
 		CHECK_FOR_INTERRUPTS();
 		if (ShutdownRequestPending)
 			proc_exit(0);
@@ -664,6 +674,7 @@ pklimit_worker_main(Datum main_arg)
 		{
 			int			nanswered = 0;
 			bool		skip[PKLIMIT_BATCH_MAX];
+			bool		done[PKLIMIT_BATCH_MAX];
 			bool		had_deferred = (ndeferred > 0);
 
 			MemoryContextSwitchTo(batch_context);
@@ -678,6 +689,19 @@ pklimit_worker_main(Datum main_arg)
 			}
 			apply_batch(requests + ndeferred, answers + ndeferred,
 						retry + ndeferred, nnew, false, skip);
+			/* their answers go out now, before any retry of locked rows */
+			for (int i = 0; i < n; i++)
+			{
+				done[i] = (i >= ndeferred && !retry[i]);
+				if (done[i])
+				{
+					answers_out[nanswered] = answers[i];
+					answered[nanswered++] = slots[i];
+				}
+			}
+			if (nanswered > 0)
+				pklimit_worker_answer(answered, answers_out, nanswered);
+			nanswered = 0;
 
 			/* then, every RETRY_MS, the requests set aside by a locked row */
 			if (ndeferred > 0 &&
@@ -703,6 +727,8 @@ pklimit_worker_main(Datum main_arg)
 			ndeferred = 0;
 			for (int i = 0; i < n; i++)
 			{
+				if (done[i])
+					continue;
 				/* keep half a batch for keys that are not locked */
 				if (retry[i] && ndeferred >= PKLIMIT_BATCH_MAX / 2)
 				{
@@ -716,12 +742,12 @@ pklimit_worker_main(Datum main_arg)
 				}
 				else
 				{
-					answers[nanswered] = answers[i];
+					answers_out[nanswered] = answers[i];
 					answered[nanswered++] = slots[i];
 				}
 			}
 			if (nanswered > 0)
-				pklimit_worker_answer(answered, answers, nanswered);
+				pklimit_worker_answer(answered, answers_out, nanswered);
 			if (ndeferred > 0 && !had_deferred)
 				deferred_tried = GetCurrentTimestamp(); /* newly set aside */
 			MemoryContextSwitchTo(TopMemoryContext);

@@ -119,6 +119,11 @@ for my $call ("pklimit_allow('held', 100, '36500 days')", "pklimit_allow('held',
 		"\\echo go\nSET pklimit.timeout = '3s'; SELECT $call FROM generate_series(1, 3);\n");
 	push @waiters, $waiter;
 }
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND backend_type = 'client backend'",
+		scalar(@waiters)),
+	'the calls on locked rows wait in the queue');
 my $bench = $node->basedir . '/others.sql';
 open my $fh, '>', $bench or die;
 print $fh "\\set k random(1, 20)\nSELECT pklimit_allow('other-' || :k, 1000, '36500 days');\n";

@@ -16,9 +16,10 @@
 #     not say where it started: the worker applies those events one by one);
 #   - a count or a forget between hits on one key sees and does what it
 #     would in that order; another window length starts a new count;
-#   - a row locked by another transaction holds up only its own caller: the
-#     rest of the batch is answered while the lock is held, and the locked
-#     key's event is recorded once the lock is gone.
+#   - a row locked by another transaction holds up only the writes on it: the
+#     rest of the batch, a count of that key included, is answered while the
+#     lock is held, and the locked key's two events are recorded in order
+#     once the lock is gone.
 
 use strict;
 use warnings;
@@ -56,6 +57,7 @@ my $D = '36500 days';
 my $below = sub { (Math::BigInt->new($MAX) - $_[0])->bstr };
 my @calls = (
 	[ 'held', $check->('held', 100, $D), 't|2|ok' ],    # recorded after the lock goes
+	[ 'held count', "SELECT pklimit_count('held')", '1' ],    # reads: not held up
 	(map { [ "hot #$_", $check->('hot', 4, $D), ($_ <= 4 ? 't' : 'f') . "|$_|ok" ] } 1 .. 6),
 	(map { [ "t1/hot #$_", $check->('hot', 4, $D, 't1'), "t|$_|ok" ] } 1 .. 3),
 	(map { [ "t2/hot #$_", $check->('hot', 4, $D, 't2'), "t|$_|ok" ] } 1 .. 2),
@@ -76,6 +78,7 @@ my @calls = (
 	[ 'seq hit, another window', $check->('seq', 10, '1 hour'), 't|1|ok' ],
 	[ 'seq hit, that window', $check->('seq', 10, '1 hour'), 't|2|ok' ],
 	[ 'seq count', "SELECT pklimit_count('seq')", '2' ],
+	[ 'held again', $check->('held', 100, $D), 't|3|ok' ],    # after the first
 );
 
 my $worker = worker_pid($node);
@@ -117,8 +120,10 @@ for my $c (@calls)
 pass("$n calls queued one after another while the worker is held");
 kill 'CONT', $worker;
 
-# Every caller but the locked key's is answered while the row is locked.
-for my $r (@runs[ 1 .. $#runs ])
+# Every caller but the locked key's writers is answered while the row is
+# locked.
+my @writers = grep { $_->[0][0] =~ /^held(?! count)/ } @runs;
+for my $r (grep { $_->[0][0] !~ /^held(?! count)/ } @runs)
 {
 	my ($c, $h, $out, $err) = @$r;
 	$h->finish;
@@ -126,15 +131,16 @@ for my $r (@runs[ 1 .. $#runs ])
 	is($$out, $c->[2], "$c->[0]: $c->[2]");
 	is($$err, '', "$c->[0]: no warning or error") or diag($$err);
 }
-is($node->safe_psql('postgres', waiting()), '1',
-	'meanwhile the locked key\'s caller still waits');
+is($node->safe_psql('postgres', waiting()), '2',
+	'meanwhile the locked key\'s two writers still wait');
 $locker->query_safe('COMMIT');
 $locker->quit;
+for my $r (@writers)
 {
-	my ($c, $h, $out, $err) = @{ $runs[0] };
+	my ($c, $h, $out, $err) = @$r;
 	$h->finish;
 	chomp $$out;
-	is($$out, $c->[2], 'the locked key: its event recorded once the lock was gone');
+	is($$out, $c->[2], "$c->[0]: its event recorded once the lock was gone, in order");
 }
 is(worker_pid($node), $worker, 'the worker survived the batch');
 
@@ -143,7 +149,7 @@ is( $node->safe_psql(
 	SELECT pklimit_count('hot') || ' ' || pklimit_count('pre') || ' ' || pklimit_count('seq')
 	  || ' ' || pklimit_count('${long}a') || ' ' || pklimit_count('held')
 	  || ' ' || (pklimit_count('sat3') = $MAX) || ' ' || (pklimit_count('sat4') = $MAX)}),
-	'6 5 2 2 2 true true',
+	'6 5 2 2 3 true true',
 	'the counts stored');
 is($node->safe_psql('postgres', "SET platformkit.tenant = 't1'; SELECT pklimit_count('hot')"),
 	'3', 'tenant t1 stored 3');
