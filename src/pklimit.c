@@ -473,7 +473,6 @@ run_operation(FunctionCallInfo fcinfo, PklimitOpKind kind,
 	request.dboid = MyDatabaseId;
 	request.nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
 	request.window_usec = window_usec;
-	request.events = 1;
 	request.deadline = GetCurrentTimestamp() +
 		(TimestampTz) pklimit_timeout * 1000;
 	strlcpy(request.key, stored_key, sizeof(request.key));

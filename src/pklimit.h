@@ -60,7 +60,6 @@ typedef struct PklimitRequest
 	Oid			dboid;			/* database the caller is connected to */
 	Oid			nspid;			/* schema of the extension's table */
 	int64		window_usec;	/* window length, for a hit */
-	int64		events;			/* events to record, for a hit */
 	TimestampTz deadline;		/* the caller stops waiting at this moment */
 	TimestampTz cutoff;			/* for a purge */
 	Oid			userid;			/* for a purge: the role it runs as */

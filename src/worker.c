@@ -368,8 +368,9 @@ set_lock_wait(int ms)
  * taken out, marked in retry[] to be tried again later, and the rest is
  * committed without them, so a locked row holds up neither the worker nor
  * other keys.  A table locked by another transaction sets aside the
- * batch's writes.  After any other failure each request is tried in a transaction of
- * its own, so one bad request cannot spoil its neighbours' answers.
+ * batch's writes.  After any other failure each request is tried in a
+ * transaction of its own, so one bad request cannot spoil its neighbours'
+ * answers.  Every transaction's lock wait is set here.
  */
 static void
 apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
@@ -464,7 +465,6 @@ apply_batch(const PklimitRequest *requests, PklimitAnswer *answers,
 		nlive = kept;
 		set_lock_wait(RETRY_LOCK_MS);
 	}
-	set_lock_wait(set_aside ? RETRY_LOCK_MS : BATCH_LOCK_MS);
 }
 
 /* Answer the running purge's caller and forget the purge. */
@@ -675,21 +675,28 @@ pklimit_worker_main(Datum main_arg)
 			int			nanswered = 0;
 			bool		skip[PKLIMIT_BATCH_MAX];
 			bool		done[PKLIMIT_BATCH_MAX];
+			bool		retry_now;
 			bool		had_deferred = (ndeferred > 0);
 
 			MemoryContextSwitchTo(batch_context);
 
-			/* new requests first; writes on a key set aside join it */
-			for (int i = ndeferred; i < n; i++)
+			/*
+			 * Requests set aside by a locked row are tried every RETRY_MS;
+			 * new writes on their keys join them untried.
+			 */
+			retry_now = (ndeferred > 0 &&
+						 GetCurrentTimestamp() - deferred_tried >= RETRY_MS * 1000);
+			for (int i = 0; i < n; i++)
 			{
-				skip[i - ndeferred] = false;
-				for (int d = 0; d < ndeferred && !skip[i - ndeferred] &&
+				skip[i] = (i < ndeferred && !retry_now);
+				for (int d = 0; d < ndeferred && i >= ndeferred && !skip[i] &&
 					 requests[i].kind != PKLIMIT_OP_COUNT; d++)
-					skip[i - ndeferred] = same_key(&requests[i], &requests[d]);
+					skip[i] = same_key(&requests[i], &requests[d]);
 			}
+
+			/* new requests first; their answers go out at once */
 			apply_batch(requests + ndeferred, answers + ndeferred,
-						retry + ndeferred, nnew, false, skip);
-			/* their answers go out now, before any retry of locked rows */
+						retry + ndeferred, nnew, false, skip + ndeferred);
 			for (int i = 0; i < n; i++)
 			{
 				done[i] = (i >= ndeferred && !retry[i]);
@@ -703,25 +710,14 @@ pklimit_worker_main(Datum main_arg)
 				pklimit_worker_answer(answered, answers_out, nanswered);
 			nanswered = 0;
 
-			/* then, every RETRY_MS, the requests set aside by a locked row */
-			if (ndeferred > 0 &&
-				GetCurrentTimestamp() - deferred_tried >= RETRY_MS * 1000)
-			{
+			/* then the set-aside ones, but for those whose caller gave up */
+			if (retry_now)
 				for (int i = 0; i < ndeferred; i++)
 					if (pklimit_worker_abandoned(slots[i]))
-						requests[i].deadline = 0;	/* its caller gave up */
-				apply_batch(requests, answers, retry, ndeferred, true, NULL);
+						requests[i].deadline = 0;
+			apply_batch(requests, answers, retry, ndeferred, true, skip);
+			if (retry_now)
 				deferred_tried = GetCurrentTimestamp();
-			}
-			else
-			{
-				for (int i = 0; i < ndeferred; i++)
-				{
-					retry[i] = worth_retrying(requests[i].deadline);
-					memset(&answers[i], 0, sizeof(answers[i]));
-					answers[i].status = PKLIMIT_LOCK_TIMEOUT;
-				}
-			}
 
 			/* answer the rest; keep the deferred ones in front */
 			ndeferred = 0;
