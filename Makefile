@@ -4,10 +4,10 @@ MODULE_big = pklimit
 OBJS = src/pklimit.o src/key.o src/store.o src/queue.o src/worker.o
 
 EXTENSION = pklimit
-DATA = pklimit--0.1.0.sql
+DATA = pklimit--0.1.0.sql pklimit--0.1.0--0.2.0.sql pklimit--0.2.0.sql
 PGFILEDESC = "pklimit - shared, exact, durable rate limits"
 
-REGRESS = pklimit_basic pklimit_errors pklimit_tenants pklimit_security pklimit_unavailable pklimit_purge pklimit_hostile
+REGRESS = pklimit_basic pklimit_errors pklimit_settings pklimit_tenants pklimit_security pklimit_unavailable pklimit_purge pklimit_hostile
 REGRESS_OPTS = --inputdir=. --outputdir=. --load-extension=pklimit
 
 ISOLATION = concurrent_hits rollback freshness row_lock

@@ -58,18 +58,3 @@ SELECT pklimit_allow('k', 1, '0');
 SELECT pklimit_allow('k', 1, '1 month');
 SELECT pklimit_allow('k', 1, '3650001 days');
 SELECT pklimit_purge('-1 day');
-
--- invalid settings are rejected with their SQLSTATE
-SELECT s, pg_temp.sqlstate_of(s) FROM (VALUES
-  ($$SET pklimit.default_window = '-1'$$),
-  ($$SET pklimit.default_window = '0'$$),
-  ($$SET pklimit.default_window = 'soon'$$),
-  ($$SET pklimit.default_window = '1 fortnight'$$),
-  ($$SET pklimit.default_max = 'many'$$),
-  ($$SET pklimit.default_max = -1$$),
-  ($$SET pklimit.default_max = 2147483648$$),
-  ($$SET pklimit.no_such_setting = 1$$)
-) AS t(s);
-SHOW pklimit.default_max;
-SHOW pklimit.default_window;
-SELECT count(*) FROM platformkit_limits;

@@ -77,7 +77,8 @@ DROP SCHEMA shadow CASCADE;
 DROP TABLE pg_temp.platformkit_limits;
 
 -- objects planted under pklimit's names make CREATE EXTENSION fail instead
--- of being adopted
+-- of being adopted (PostgreSQL 18 adds the script's line as CONTEXT: not shown)
+\set SHOW_CONTEXT never
 DROP EXTENSION pklimit;
 GRANT CREATE ON SCHEMA public TO regress_pklimit_shadow;
 SET ROLE regress_pklimit_shadow;
@@ -105,6 +106,7 @@ CREATE VIEW public.pklimit_purge_status AS SELECT 1 AS x;
 RESET ROLE;
 CREATE EXTENSION pklimit;
 DROP VIEW public.pklimit_purge_status;
+\set SHOW_CONTEXT errors
 -- nothing planted: it installs, and owns what it created (its warning
 -- about pg_cron depends on the server's set-up)
 SET client_min_messages = error;

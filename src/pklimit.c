@@ -23,6 +23,7 @@
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "commands/extension.h"
+#include "common/int.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -36,7 +37,9 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
+#include "compat.h"
 #include "pklimit.h"
 
 PG_MODULE_MAGIC;
@@ -71,6 +74,30 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 
 void		_PG_init(void);
+
+/*
+ * The wait event of each PklimitWait, as pg_stat_activity names it: on
+ * PostgreSQL 17 and later a name of pklimit's own, registered by the first
+ * wait of each kind in each process; before, "Extension".
+ */
+uint32
+pklimit_wait_event(PklimitWait wait)
+{
+#ifdef PKLIMIT_NAMED_WAIT_EVENTS
+	static const char *const names[] = {
+		[PKLIMIT_WAIT_ANSWER] = "PklimitAnswer",
+		[PKLIMIT_WAIT_IDLE] = "PklimitWorkerIdle",
+		[PKLIMIT_WAIT_RETRY] = "PklimitWorkerRetry",
+	};
+	static uint32 events[lengthof(names)];
+
+	if (events[wait] == 0)
+		events[wait] = WaitEventExtensionNew(names[wait]);
+	return events[wait];
+#else
+	return PG_WAIT_EXTENSION;
+#endif
+}
 
 static void
 shmem_request(void)
@@ -244,12 +271,7 @@ release_database(Node *parsetree)
 		return;
 	dboid = get_database_oid(dbname, true);
 	if (OidIsValid(dboid) && dboid != MyDatabaseId &&
-#if PG_VERSION_NUM >= 160000
-		object_ownercheck(DatabaseRelationId, dboid, GetUserId())
-#else
-		pg_database_ownercheck(dboid, GetUserId())
-#endif
-		)
+		pklimit_database_owner(dboid, GetUserId()))
 		pklimit_terminate_workers(dboid);
 }
 
@@ -410,13 +432,11 @@ window_arg(FunctionCallInfo fcinfo)
 
 	check_not_null(fcinfo, 2, "window");
 	window = PG_GETARG_INTERVAL_P(2);
-#ifdef INTERVAL_NOT_FINITE
-	if (INTERVAL_NOT_FINITE(window))
+	if (!pklimit_interval_is_finite(window))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("window must be finite"),
 				 errhint("Give the window in days, hours, minutes or seconds, for example '15 minutes'.")));
-#endif
 	if (window->month != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

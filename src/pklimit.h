@@ -86,7 +86,17 @@ typedef struct PklimitPurgeStatus
 	bool		failed;
 } PklimitPurgeStatus;
 
-/* settings (pklimit.c) */
+/* What a pklimit process waits for (pg_stat_activity.wait_event). */
+typedef enum PklimitWait
+{
+	PKLIMIT_WAIT_ANSWER,		/* a caller waits for its answer */
+	PKLIMIT_WAIT_IDLE,			/* a worker waits for requests */
+	PKLIMIT_WAIT_RETRY			/* a worker waits to try a locked row again */
+} PklimitWait;
+
+/* settings and wait events (pklimit.c) */
+extern uint32 pklimit_wait_event(PklimitWait wait);
+
 extern int	pklimit_default_max;
 extern int	pklimit_default_window;
 extern int	pklimit_timeout;
@@ -106,6 +116,7 @@ extern Oid	pklimit_worker_attach(int index);
 extern int	pklimit_worker_take(PklimitRequest *requests, int *slots, int max);
 extern void pklimit_worker_answer(const int *slots, const PklimitAnswer *answers,
 								  int n);
+extern void pklimit_worker_note_locked(const int *slots, int n);
 extern bool pklimit_worker_retire(void);
 extern void pklimit_terminate_workers(Oid dboid);
 extern bool pklimit_worker_abandoned(int slot);

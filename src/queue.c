@@ -31,6 +31,7 @@
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "pklimit.h"
 
 /* How often a waiting caller looks again at the worker it relies on. */
@@ -60,6 +61,7 @@ typedef struct Slot
 	SlotState	state;
 	int			caller_procno;	/* whose latch to set when answered */
 	int			worker;			/* registry index of the worker that took it */
+	bool		locked;			/* set aside by the worker: its row is locked */
 	uint64		seq;			/* arrival order */
 	PklimitRequest request;
 	PklimitAnswer answer;
@@ -274,15 +276,19 @@ wake(int procno)
 
 /*
  * Stop waiting on a slot: free it, or leave it to the worker that took it.
- * Returns true if an answer was already there (copied to answer if given).
+ * Returns true if an answer was already there (copied to answer if given);
+ * *locked says whether the worker had set the request aside for a locked
+ * row.
  */
 static bool
-release_slot(int slotno, PklimitAnswer *answer)
+release_slot(int slotno, PklimitAnswer *answer, bool *locked)
 {
 	Slot	   *slot = &slots[slotno];
 	bool		answered = false;
 
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	if (locked)
+		*locked = slot->locked;
 	switch (slot->state)
 	{
 		case SLOT_DONE:
@@ -311,7 +317,7 @@ release_slot_on_error(int code, Datum arg)
 {
 	if (LWLockHeldByMe(shared->lock))
 		LWLockRelease(shared->lock);
-	release_slot(DatumGetInt32(arg), NULL);
+	release_slot(DatumGetInt32(arg), NULL, NULL);
 }
 
 /*
@@ -349,8 +355,9 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 		return;
 	}
 	slots[slotno].state = SLOT_QUEUED;
-	slots[slotno].caller_procno = MyProc->pgprocno;
+	slots[slotno].caller_procno = PKLIMIT_MY_PROCNO;
 	slots[slotno].worker = -1;
+	slots[slotno].locked = false;
 	slots[slotno].seq = shared->next_seq++;
 	slots[slotno].request = *request;
 	/* raises no error, so the slot cannot leak before the cleanup below */
@@ -372,7 +379,7 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 				wait_ms = Min(POLL_MS, (deadline - now + 999) / 1000);
 				(void) WaitLatch(MyLatch,
 								 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-								 wait_ms, PG_WAIT_EXTENSION);
+								 wait_ms, pklimit_wait_event(PKLIMIT_WAIT_ANSWER));
 				ResetLatch(MyLatch);
 				CHECK_FOR_INTERRUPTS();
 			}
@@ -403,8 +410,12 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 			now = GetCurrentTimestamp();
 			if (now >= deadline)
 			{
-				if (!release_slot(slotno, answer))
-					answer->status = had_worker ? PKLIMIT_TIMEOUT : PKLIMIT_NO_WORKER;
+				bool		locked;
+
+				/* the budget was spent waiting for a row lock, or for the worker */
+				if (!release_slot(slotno, answer, &locked))
+					answer->status = locked ? PKLIMIT_LOCK_TIMEOUT :
+						had_worker ? PKLIMIT_TIMEOUT : PKLIMIT_NO_WORKER;
 				break;
 			}
 		}
@@ -478,7 +489,7 @@ pklimit_worker_attach(int index)
 	if (ok)
 	{
 		workers[index].pid = MyProcPid;
-		workers[index].procno = MyProc->pgprocno;
+		workers[index].procno = PKLIMIT_MY_PROCNO;
 		dboid = workers[index].dboid;
 		my_worker = index;
 	}
@@ -555,6 +566,20 @@ pklimit_worker_answer(const int *taken, const PklimitAnswer *answers, int n)
 	LWLockRelease(shared->lock);
 	for (int j = 0; j < ncallers; j++)
 		wake(callers[j]);
+}
+
+/*
+ * Note that the requests of n taken slots are set aside for a locked row: a
+ * caller whose budget runs out before the worker answers then reports
+ * lock_timeout, whatever the speed of the machine.
+ */
+void
+pklimit_worker_note_locked(const int *taken, int n)
+{
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int j = 0; j < n; j++)
+		slots[taken[j]].locked = true;
+	LWLockRelease(shared->lock);
 }
 
 /*

@@ -744,6 +744,8 @@ pklimit_worker_main(Datum main_arg)
 			}
 			if (nanswered > 0)
 				pklimit_worker_answer(answered, answers_out, nanswered);
+			if (ndeferred > 0)
+				pklimit_worker_note_locked(slots, ndeferred);
 			if (ndeferred > 0 && !had_deferred)
 				deferred_tried = GetCurrentTimestamp(); /* newly set aside */
 			MemoryContextSwitchTo(TopMemoryContext);
@@ -779,7 +781,9 @@ pklimit_worker_main(Datum main_arg)
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | (wait_ms >= 0 ? WL_TIMEOUT : 0) |
 						 WL_EXIT_ON_PM_DEATH,
-						 wait_ms, PG_WAIT_EXTENSION);
+						 wait_ms,
+						 pklimit_wait_event(ndeferred > 0 || purge_slot >= 0 ?
+											PKLIMIT_WAIT_RETRY : PKLIMIT_WAIT_IDLE));
 		ResetLatch(MyLatch);
 	}
 }

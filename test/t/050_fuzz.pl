@@ -74,6 +74,12 @@ diag("pklimit fuzz: PKLIMIT_FUZZ_SEED=$SEED PKLIMIT_FUZZ_CALLS=$NCALLS "
 sub u { return encode_utf8(join '', map { chr } @_) }
 
 my $PARSE = 'parse';    # class of a literal PostgreSQL itself cannot read
+
+# PostgreSQL 17 reads 'infinity' and '-infinity' as intervals: pklimit then
+# refuses an infinite window (22023), keeps every row under an infinite
+# retention and refuses a negative one (22023).  Earlier majors cannot read
+# them at all.
+my $INFINITE_INTERVALS = pg_major() >= 17;
 my @PARSE_CODES = qw(22007 22008 22015);
 
 sub pick { return $_[ int(rand(@_)) ] }
@@ -150,8 +156,8 @@ my @WINDOWS = (
 	# not an interval at all
 	[ '', [$PARSE] ],
 	[ 'abc', [$PARSE] ],
-	[ 'infinity', [$PARSE] ],
-	[ '-infinity', [$PARSE] ],
+	[ 'infinity', $INFINITE_INTERVALS ? '22023' : [$PARSE] ],
+	[ '-infinity', $INFINITE_INTERVALS ? '22023' : [$PARSE] ],
 	[ 'NaN', [$PARSE] ],
 	[ '1e3 seconds', [$PARSE] ],
 	[ '1 fortnight', [$PARSE] ],
@@ -199,7 +205,8 @@ my @RETENTIONS = (
 	# not an interval
 	[ '', [$PARSE] ],
 	[ 'forever', [$PARSE] ],
-	[ 'infinity', [$PARSE] ],
+	[ 'infinity', $INFINITE_INTERVALS ? 'ok' : [$PARSE] ],
+	[ '-infinity', $INFINITE_INTERVALS ? '22023' : [$PARSE] ],
 	[ '2147483648 days', [$PARSE] ],
 	[ undef, '22004' ],
 );

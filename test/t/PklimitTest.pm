@@ -18,7 +18,15 @@ if (!defined $ENV{PG_REGRESS})
 	$ENV{PG_REGRESS} = dirname($pgxs) . '/../test/regress/pg_regress';
 }
 
-our @EXPORT = qw(pklimit_node worker_pid timed_psql);
+our @EXPORT = qw(pklimit_node worker_pid timed_psql pg_major extension_catalog);
+
+# The major version of the PostgreSQL under test (pg_config on the PATH).
+sub pg_major
+{
+	my $version = `pg_config --version`;
+	die "pg_config --version failed" unless $version =~ /PostgreSQL (\d+)/;
+	return $1;
+}
 
 # A started node with pklimit preloaded and created in database postgres;
 # %init goes to PostgreSQL::Test::Cluster::init.
@@ -53,6 +61,76 @@ sub timed_psql
 	my $start = time();
 	$node->psql($db, $sql, stdout => \$out, stderr => \$err, on_error_stop => 0);
 	return ($out, $err, time() - $start);
+}
+
+# Every pklimit object of database $db, one sorted line each, as an update
+# must leave it identical to a fresh install: the extension's version and
+# configuration tables; its member objects; functions with their full
+# definition (signature, defaults, volatility, parallel safety, proconfig, C
+# symbol), ACL and comment; relations with row level security flags, ACL
+# and comment; columns by name (type, collation, NOT NULL, default, ACL,
+# comment); constraints, indexes, policies, triggers, rules and views.
+sub extension_catalog
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db, <<'SQL');
+SET search_path = pg_catalog;	-- every name schema-qualified
+WITH ext AS (SELECT e.* FROM pg_extension e WHERE e.extname = 'pklimit'),
+members AS (
+	SELECT d.classid, d.objid FROM pg_depend d, ext
+	 WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = ext.oid
+	   AND d.deptype = 'e'),
+rels AS (SELECT c.* FROM pg_class c JOIN members m
+	ON m.classid = 'pg_class'::regclass AND m.objid = c.oid)
+SELECT line FROM (
+	SELECT format('extension %s %s schema=%s relocatable=%s config=%s condition=%s',
+		extname, extversion, extnamespace::regnamespace, extrelocatable,
+		extconfig::regclass[], extcondition) AS line FROM ext
+	UNION ALL
+	SELECT 'member ' || pg_describe_object(classid, objid, 0) FROM members
+	UNION ALL
+	SELECT format(E'function %s acl=%s comment=%s\n%s', p.oid::regprocedure,
+		p.proacl, obj_description(p.oid, 'pg_proc'), pg_get_functiondef(p.oid))
+	  FROM pg_proc p JOIN members m ON m.classid = 'pg_proc'::regclass AND m.objid = p.oid
+	UNION ALL
+	SELECT format('relation %s kind=%s persistence=%s rls=%s force=%s acl=%s comment=%s',
+		c.oid::regclass, c.relkind, c.relpersistence, c.relrowsecurity,
+		c.relforcerowsecurity, c.relacl, obj_description(c.oid, 'pg_class'))
+	  FROM rels c
+	UNION ALL
+	SELECT format('column %s.%s %s collation=%s notnull=%s default=%s acl=%s comment=%s',
+		a.attrelid::regclass, a.attname, format_type(a.atttypid, a.atttypmod),
+		co.collname, a.attnotnull, pg_get_expr(ad.adbin, ad.adrelid), a.attacl,
+		col_description(a.attrelid, a.attnum))
+	  FROM rels c JOIN pg_attribute a ON a.attrelid = c.oid
+	  LEFT JOIN pg_collation co ON co.oid = a.attcollation
+	  LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+	 WHERE a.attnum > 0 AND NOT a.attisdropped
+	UNION ALL
+	SELECT format('constraint %s.%s %s', co.conrelid::regclass, co.conname,
+		pg_get_constraintdef(co.oid))
+	  FROM pg_constraint co JOIN rels c ON co.conrelid = c.oid
+	UNION ALL
+	SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+	  FROM pg_index i JOIN rels c ON i.indrelid = c.oid
+	UNION ALL
+	SELECT format('policy %s.%s cmd=%s permissive=%s roles=%s using=%s check=%s',
+		po.polrelid::regclass, po.polname, po.polcmd, po.polpermissive,
+		po.polroles::regrole[], pg_get_expr(po.polqual, po.polrelid),
+		pg_get_expr(po.polwithcheck, po.polrelid))
+	  FROM pg_policy po JOIN rels c ON po.polrelid = c.oid
+	UNION ALL
+	SELECT 'trigger ' || pg_get_triggerdef(t.oid)
+	  FROM pg_trigger t JOIN rels c ON t.tgrelid = c.oid
+	UNION ALL
+	SELECT format('rule %s.%s %s', r.ev_class::regclass, r.rulename, pg_get_ruledef(r.oid))
+	  FROM pg_rewrite r JOIN rels c ON r.ev_class = c.oid
+	 WHERE c.relkind <> 'v'
+	UNION ALL
+	SELECT format('view %s %s', c.oid::regclass, pg_get_viewdef(c.oid))
+	  FROM rels c WHERE c.relkind = 'v'
+) s ORDER BY line COLLATE "C";
+SQL
 }
 
 1;

@@ -1,0 +1,76 @@
+# Upgrade: one library serves a database still at 0.1.0 beside one at
+# 0.2.0; ALTER EXTENSION pklimit UPDATE from 0.1.0, run while calls go on,
+# keeps every row, count and the pg_cron job, and leaves pklimit's objects
+# identical to a fresh 0.2.0 install.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use PklimitTest;
+
+my $node = PostgreSQL::Test::Cluster->new('upgrade');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'pklimit,pg_cron'\ncron.database_name = 'old'\n");
+$node->start;
+$node->safe_psql('postgres', 'CREATE DATABASE old');
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('old', 'CREATE EXTENSION pg_cron');
+$node->safe_psql('old', "CREATE EXTENSION pklimit VERSION '0.1.0'");
+$node->safe_psql('fresh', 'SET client_min_messages = error; CREATE EXTENSION pklimit');
+my $version = "SELECT extversion FROM pg_extension WHERE extname = 'pklimit'";
+is($node->safe_psql('old', $version), '0.1.0', 'database old is at 0.1.0');
+is($node->safe_psql('fresh', $version), '0.2.0', 'a new install is 0.2.0');
+
+# --- one library serves both versions at once
+my $calls = "SELECT string_agg(pklimit_allow('k' || i % 3, 4, '36500 days')::text, ',' ORDER BY i)"
+  . " FROM generate_series(1, 15) i";
+my $expected = join(",", map { $_ <= 12 ? "true" : "false" } 1 .. 15);
+is($node->safe_psql('old', $calls), $expected, 'calls on the 0.1.0 database answer as always');
+is($node->safe_psql('fresh', $calls), $expected, 'and on the 0.2.0 database');
+$node->safe_psql('old', "SET platformkit.tenant = 'acme'; SELECT pklimit_allow('login:bob', 5, '1 hour')");
+my $rows = 'SELECT key, window_start, window_end, count, updated_at FROM platformkit_limits ORDER BY key';
+my $rows_before = $node->safe_psql('old', $rows);
+my $job = "SELECT jobid, jobname, schedule, command, database, username, active FROM cron.job";
+my $job_before = $node->safe_psql('old', $job);
+like($job_before, qr/pklimit-purge\|0 \* \* \* \*\|SELECT public.pklimit_purge\(\)\|old/,
+	'0.1.0 scheduled its purge with pg_cron');
+
+# --- the update, while two sessions keep calling on the 0.1.0 database
+my $per_session = 20000;
+my @callers;
+for my $s (1, 2)
+{
+	my $caller = $node->background_psql('old');
+	$caller->query_until(qr/go/, "\\echo go\n"
+		  . "DO \$\$ BEGIN FOR i IN 1 .. $per_session LOOP"
+		  . " PERFORM pklimit_allow('during', 1000000, '36500 days'); END LOOP; END \$\$;\n"
+		  . "\\echo done\n");
+	push @callers, $caller;
+}
+ok($node->poll_query_until('old', "SELECT pklimit_count('during') > 0"), 'the calls are going on');
+$node->safe_psql('old', 'ALTER EXTENSION pklimit UPDATE');
+my $at_update = $node->safe_psql('old', "SELECT pklimit_count('during')");
+cmp_ok($at_update, '<', 2 * $per_session, "the update committed while calls went on ($at_update recorded by then)");
+$_->query_until(qr/done/, '') for @callers;
+$_->quit for @callers;
+is($node->safe_psql('old', "SELECT pklimit_count('during')"), 2 * $per_session,
+	'every call made across the update was recorded');
+is($node->safe_psql('old', $version), '0.2.0', 'database old is now at 0.2.0');
+
+# --- nothing lost, and the same objects as a fresh install
+$node->safe_psql('old', "SELECT pklimit_forget('during')");
+is($node->safe_psql('old', $rows), $rows_before, 'every row and count is kept');
+is($node->safe_psql('old', $job), $job_before, 'the pg_cron job is kept');
+my $updated = extension_catalog($node, 'old');
+my $fresh = extension_catalog($node, 'fresh');
+like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval\)/m, 'the catalog comparison sees the functions');
+like($fresh, qr/^column public\.platformkit_limits\.count bigint/m, 'and the columns');
+is($updated, $fresh, 'the updated database has the objects of a fresh 0.2.0 install');
+is($node->safe_psql('old', "SELECT pklimit_allow('after', 1, '1 hour')"), 't', 'calls go on after the update');
+
+$node->stop;
+done_testing();
