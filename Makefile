@@ -1,16 +1,18 @@
 # pklimit: PGXS build, install and tests
 
 MODULE_big = pklimit
-OBJS = src/pklimit.o src/key.o src/store.o src/queue.o src/worker.o
+OBJS = src/pklimit.o src/api.o src/key.o src/queue.o src/registry.o src/worker.o \
+	src/apply.o src/store.o src/purge.o src/hooks.o
 
 EXTENSION = pklimit
 DATA = pklimit--0.1.0.sql pklimit--0.1.0--0.2.0.sql pklimit--0.2.0.sql
 PGFILEDESC = "pklimit - shared, exact, durable rate limits"
 
-REGRESS = pklimit_basic pklimit_errors pklimit_settings pklimit_tenants pklimit_security pklimit_unavailable pklimit_purge pklimit_hostile
+# every sql/*.sql, every test/isolation/specs/*.spec, every test/t/*.pl
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --outputdir=. --load-extension=pklimit
 
-ISOLATION = concurrent_hits rollback freshness row_lock
+ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation \
 	--load-extension=pklimit
 
@@ -23,3 +25,9 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# Lay out the sources as PostgreSQL's pgindent does.
+indent:
+	bash scripts/indent.sh
+
+.PHONY: indent

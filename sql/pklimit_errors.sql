@@ -3,14 +3,7 @@
 
 TRUNCATE platformkit_limits;
 
-CREATE FUNCTION pg_temp.sqlstate_of(q text) RETURNS text
-LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE q;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/sqlstate_of.sql
 
 SELECT q, pg_temp.sqlstate_of(q) FROM (VALUES
   ($$SELECT pklimit_allow(NULL)$$),

@@ -2,14 +2,7 @@
 -- rejected with its SQLSTATE.  PostgreSQL 17 and later print the valid range
 -- of a setting with units ("1 ms .. 2147483647 ms"): pklimit_settings_1.out.
 
-CREATE FUNCTION pg_temp.sqlstate_of(q text) RETURNS text
-LANGUAGE plpgsql AS $$
-BEGIN
-  EXECUTE q;
-  RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/sqlstate_of.sql
 
 SELECT name, setting, unit, context, vartype, min_val, max_val, enumvals, boot_val
   FROM pg_settings WHERE name LIKE 'pklimit.%' ORDER BY name;

@@ -12,7 +12,8 @@
  *
  * The first character tells the three forms apart, and the tenant's byte
  * length says where the tenant ends, so separators inside a tenant or a key
- * cannot move the boundary.
+ * cannot move the boundary.  This file reads platformkit.tenant and knows
+ * nothing of the table or the queue.
  *
  *-------------------------------------------------------------------------
  */

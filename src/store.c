@@ -1,15 +1,17 @@
 /*-------------------------------------------------------------------------
  *
  * store.c
- *		Applies one pklimit operation to platformkit_limits through SPI, in
- *		whatever transaction is current.  Where that transaction runs is the
- *		caller's business (pklimit.c); this file only knows the table.
+ *		The statements on platformkit_limits, run through SPI in whatever
+ *		transaction is current.  The worker (apply.c, purge.c) decides which
+ *		transaction that is and as which role; this file knows only the
+ *		table, and must not begin, end or wait on anything itself.
  *
  * Every statement names its schema, functions and operators explicitly, so
  * the search_path in force cannot redirect it.  An event's time is read from
  * the server clock just before its statement runs; the worker is the table's
- * only writer and waits at most lock_timeout (20 ms) for a row someone else
- * locked, so an event lands at most that far from the moment it was read.
+ * only writer and waits at most PKLIMIT_BATCH_LOCK_MS for a row someone
+ * else locked, so an event lands at most that far from the moment it was
+ * read.
  *
  *-------------------------------------------------------------------------
  */
@@ -19,6 +21,7 @@
 #include "access/table.h"
 #include "catalog/dependency.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "storage/lmgr.h"
@@ -38,71 +41,88 @@
 /* True only while this file's statements run: the RLS predicate. */
 bool		pklimit_in_system = false;
 
-enum
+/* One statement: its SQL (%s stands for the schema), arguments and plan. */
+typedef struct Statement
 {
-	PLAN_HIT,
-	PLAN_COUNT,
-	PLAN_FORGET,
-	PLAN_PURGE,
-	NUM_PLANS
-};
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[5];
+	bool		read_latest;	/* read the latest committed rows, whatever
+								 * the transaction's snapshot */
+	SPIPlanPtr	plan;			/* prepared once per schema, kept */
+} Statement;
 
-static SPIPlanPtr plans[NUM_PLANS];
-static Oid	plans_nspid = InvalidOid;
-static char plans_nspname[NAMEDATALEN];
+typedef enum StatementId
+{
+	STMT_HIT,
+	STMT_COUNT,
+	STMT_FORGET,
+	STMT_PURGE,
+	NUM_STATEMENTS
+} StatementId;
 
-/*
- * The hit: one INSERT ... ON CONFLICT DO UPDATE.  The window and the event's
- * time come from the caller of pklimit_store_apply, read from the server
- * clock just before the statement runs: pklimit's worker is the table's only
- * writer, so no other writer of the row can come between.  The count
- * saturates at the largest bigint instead of overflowing.
- */
-static const char *const plan_sql[NUM_PLANS] = {
-	"INSERT INTO %s.platformkit_limits AS l"
-	" (key, window_start, window_end, count, updated_at)"
-	" VALUES ($1, $2, $3, $4, $5)"
-	" ON CONFLICT (key) DO UPDATE SET"
-	" count = CASE WHEN l.window_start OPERATOR(pg_catalog.=) $2"
-	"               AND l.window_end OPERATOR(pg_catalog.=) $3"
-	"   THEN CASE WHEN l.count OPERATOR(pg_catalog.>)"
-	"          (9223372036854775807::pg_catalog.int8 OPERATOR(pg_catalog.-) $4)"
-	"        THEN 9223372036854775807::pg_catalog.int8"
-	"        ELSE l.count OPERATOR(pg_catalog.+) $4 END"
-	"   ELSE $4 END,"
-	" window_start = $2, window_end = $3, updated_at = $5"
-	" RETURNING l.count, l.window_end, l.updated_at",
-
-	"SELECT l.count, l.window_end FROM %s.platformkit_limits l"
-	" WHERE l.key OPERATOR(pg_catalog.=) $1"
-	" AND l.window_end OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
-
-	"DELETE FROM %s.platformkit_limits l"
-	" WHERE l.key OPERATOR(pg_catalog.=) $1",
+static Statement statements[NUM_STATEMENTS] = {
+	/*
+	 * The hit: one INSERT ... ON CONFLICT DO UPDATE.  The window and the
+	 * event's time come from the caller, read from the server clock just
+	 * before the statement runs: pklimit's worker is the table's only writer,
+	 * so no other writer of the row can come between.  The count saturates at
+	 * the largest bigint instead of overflowing.
+	 */
+	[STMT_HIT] = {
+		"INSERT INTO %s.platformkit_limits AS l"
+		" (key, window_start, window_end, count, updated_at)"
+		" VALUES ($1, $2, $3, $4, $5)"
+		" ON CONFLICT (key) DO UPDATE SET"
+		" count = CASE WHEN l.window_start OPERATOR(pg_catalog.=) $2"
+		"               AND l.window_end OPERATOR(pg_catalog.=) $3"
+		"   THEN CASE WHEN l.count OPERATOR(pg_catalog.>)"
+		"          (9223372036854775807::pg_catalog.int8 OPERATOR(pg_catalog.-) $4)"
+		"        THEN 9223372036854775807::pg_catalog.int8"
+		"        ELSE l.count OPERATOR(pg_catalog.+) $4 END"
+		"   ELSE $4 END,"
+		" window_start = $2, window_end = $3, updated_at = $5"
+		" RETURNING l.count, l.window_end, l.updated_at",
+		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},
+		false
+	},
+	[STMT_COUNT] = {
+		"SELECT l.count, l.window_end FROM %s.platformkit_limits l"
+		" WHERE l.key OPERATOR(pg_catalog.=) $1"
+		" AND l.window_end OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
+		1, {TEXTOID},
+		true
+	},
+	[STMT_FORGET] = {
+		"DELETE FROM %s.platformkit_limits l"
+		" WHERE l.key OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID},
+		false
+	},
 
 	/*
 	 * One batch of the purge, from the window end where the previous batch
-	 * stopped, so no batch walks again over the index entries of rows
-	 * already deleted.  The window end is checked again on delete.
+	 * stopped, so no batch walks again over the index entries of rows already
+	 * deleted.  The window end is checked again on delete.
 	 */
-	"WITH d AS (DELETE FROM %s.platformkit_limits l"
-	" WHERE l.key OPERATOR(pg_catalog.=) ANY (ARRAY("
-	"  SELECT e.key FROM %s.platformkit_limits e"
-	"  WHERE e.window_end OPERATOR(pg_catalog.<) $1"
-	"  AND e.window_end OPERATOR(pg_catalog.>=) $3"
-	"  ORDER BY e.window_end LIMIT $2))"
-	" AND l.window_end OPERATOR(pg_catalog.<) $1"
-	" RETURNING l.window_end)"
-	" SELECT pg_catalog.count(*), pg_catalog.max(d.window_end) FROM d",
+	[STMT_PURGE] = {
+		"WITH d AS (DELETE FROM %s.platformkit_limits l"
+		" WHERE l.key OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"  SELECT e.key FROM %s.platformkit_limits e"
+		"  WHERE e.window_end OPERATOR(pg_catalog.<) $1"
+		"  AND e.window_end OPERATOR(pg_catalog.>=) $3"
+		"  ORDER BY e.window_end LIMIT $2))"
+		" AND l.window_end OPERATOR(pg_catalog.<) $1"
+		" RETURNING l.window_end)"
+		" SELECT pg_catalog.count(*), pg_catalog.max(d.window_end) FROM d",
+		3, {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},
+		false
+	},
 };
 
-static const int plan_nargs[NUM_PLANS] = {5, 1, 1, 3};
-static Oid	plan_argtypes[NUM_PLANS][5] = {
-	{TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},
-	{TEXTOID},
-	{TEXTOID},
-	{TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},
-};
+/* The schema the kept plans were prepared for, by OID and by name. */
+static Oid	plans_nspid = InvalidOid;
+static char plans_nspname[NAMEDATALEN];
 
 /*
  * The owner of platformkit_limits in schema nspid: pklimit's statements run
@@ -178,15 +198,16 @@ pklimit_store_table_free(Oid nspid)
 }
 
 /*
- * Prepare (once per schema) and return the saved plan for one statement.
+ * The kept plan of one statement, prepared on first use for schema nspid.
  * The statements name the schema, so they are prepared again whenever the
  * schema's name changes: a renamed extension schema must never leave them
  * pointing at a table someone else created under the old name.
  */
 static SPIPlanPtr
-get_plan(Oid nspid, int which)
+get_plan(Oid nspid, StatementId id)
 {
 	char	   *nspname = get_namespace_name(nspid);
+	Statement  *stmt = &statements[id];
 
 	if (nspname == NULL)
 		ereport(ERROR,
@@ -194,45 +215,43 @@ get_plan(Oid nspid, int which)
 				 errmsg("pklimit table \"platformkit_limits\" does not exist")));
 	if (plans_nspid != nspid || strcmp(plans_nspname, nspname) != 0)
 	{
-		for (int i = 0; i < NUM_PLANS; i++)
+		for (int i = 0; i < NUM_STATEMENTS; i++)
 		{
-			if (plans[i])
-				SPI_freeplan(plans[i]);
-			plans[i] = NULL;
+			if (statements[i].plan)
+				SPI_freeplan(statements[i].plan);
+			statements[i].plan = NULL;
 		}
 		plans_nspid = nspid;
 		strlcpy(plans_nspname, nspname, NAMEDATALEN);
 	}
 
-	if (plans[which] == NULL)
+	if (stmt->plan == NULL)
 	{
 		const char *quoted = quote_identifier(nspname);
-		char	   *sql;
-		SPIPlanPtr	plan;
+		char	   *sql = psprintf(stmt->sql, quoted, quoted);
+		SPIPlanPtr	plan = SPI_prepare(sql, stmt->nargs, stmt->argtypes);
 
-		sql = psprintf(plan_sql[which], quoted, quoted);
-		plan = SPI_prepare(sql, plan_nargs[which], plan_argtypes[which]);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed for pklimit statement: %s",
 				 SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "SPI_keepplan failed");
-		plans[which] = plan;
+		stmt->plan = plan;
 	}
-	return plans[which];
+	return stmt->plan;
 }
 
-/* Run one saved plan with pklimit_in_system set; returns SPI's result code. */
+/* Run one statement with pklimit_in_system set; returns SPI's result code. */
 static int
-run_plan(Oid nspid, int which, Datum *values, bool read_latest)
+run(Oid nspid, StatementId id, Datum *values)
 {
-	SPIPlanPtr	plan = get_plan(nspid, which);
+	SPIPlanPtr	plan = get_plan(nspid, id);
 	int			rc;
 
 	pklimit_in_system = true;
 	PG_TRY();
 	{
-		if (read_latest)
+		if (statements[id].read_latest)
 			rc = SPI_execute_snapshot(plan, values, NULL, GetLatestSnapshot(),
 									  InvalidSnapshot, false, false, 1);
 		else
@@ -259,6 +278,16 @@ get_col(int col)
 	return d;
 }
 
+/* The start of the fixed window of length window_usec that holds now. */
+static TimestampTz
+window_start(TimestampTz now, int64 window_usec)
+{
+	TimestampTz since_epoch = now - PKLIMIT_UNIX_EPOCH;
+	int64		into = since_epoch % window_usec;
+
+	return now - (into < 0 ? into + window_usec : into);
+}
+
 /*
  * Apply one operation for stored_key.  For a hit, window_usec is the window
  * length and events how many events to record (at least 1).  The caller
@@ -278,18 +307,14 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 	{
 		case PKLIMIT_OP_HIT:
 			{
-				/* the fixed window aligned to the Unix epoch */
 				TimestampTz now = GetCurrentTimestamp();
-				TimestampTz since_epoch = now - PKLIMIT_UNIX_EPOCH;
-				TimestampTz start = now - (since_epoch % window_usec +
-										   (since_epoch % window_usec < 0 ?
-											window_usec : 0));
+				TimestampTz start = window_start(now, window_usec);
 
 				values[1] = TimestampTzGetDatum(start);
 				values[2] = TimestampTzGetDatum(start + window_usec);
 				values[3] = Int64GetDatum(events);
 				values[4] = TimestampTzGetDatum(now);
-				rc = run_plan(nspid, PLAN_HIT, values, false);
+				rc = run(nspid, STMT_HIT, values);
 				if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 					elog(ERROR, "pklimit: recording an event returned %d", rc);
 				result->found = true;
@@ -299,7 +324,7 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 				break;
 			}
 		case PKLIMIT_OP_COUNT:
-			rc = run_plan(nspid, PLAN_COUNT, values, true);
+			rc = run(nspid, STMT_COUNT, values);
 			if (rc != SPI_OK_SELECT)
 				elog(ERROR, "pklimit: reading a count returned %d", rc);
 			if (SPI_processed == 1)
@@ -310,7 +335,7 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 			}
 			break;
 		case PKLIMIT_OP_FORGET:
-			rc = run_plan(nspid, PLAN_FORGET, values, false);
+			rc = run(nspid, STMT_FORGET, values);
 			if (rc != SPI_OK_DELETE)
 				elog(ERROR, "pklimit: forgetting a key returned %d", rc);
 			result->found = (SPI_processed > 0);
@@ -319,6 +344,7 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
 			elog(ERROR, "pklimit: a purge is not a single operation");
 			break;
 	}
+	SPI_freetuptable(SPI_tuptable);
 }
 
 /*
@@ -338,7 +364,7 @@ pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit,
 	values[0] = TimestampTzGetDatum(cutoff);
 	values[1] = Int64GetDatum(limit);
 	values[2] = TimestampTzGetDatum(*from);
-	rc = run_plan(nspid, PLAN_PURGE, values, false);
+	rc = run(nspid, STMT_PURGE, values);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "pklimit: purge returned %d", rc);
 	deleted = DatumGetInt64(get_col(1));
@@ -346,5 +372,6 @@ pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit,
 						 &isnull);
 	if (!isnull)
 		*from = DatumGetTimestampTz(last);
+	SPI_freetuptable(SPI_tuptable);
 	return deleted;
 }

@@ -1,6 +1,6 @@
 # Copyright (c) pklimit contributors
 #
-# Exactness under concurrency (SPEC.md section 2): N sessions making M calls
+# Exactness under concurrency (the README's semantics): N sessions making M calls
 # each on one key leave count N*M and exactly max_count trues per window.
 # The calls are made by pgbench clients; every call stores its answer in a
 # plain table, so the trues can be counted afterwards.

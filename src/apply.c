@@ -1,0 +1,461 @@
+/*-------------------------------------------------------------------------
+ *
+ * apply.c
+ *		Applies a list of batch entries in the worker's own transactions and
+ *		gives each its answer, or sets it aside for a locked row.  Owns the
+ *		worker's transactions (begin, commit, abort) and its lock wait; the
+ *		statements themselves are store.c's, and which entries to try when is
+ *		worker.c's.
+ *
+ * Entries are applied in arrival order in one transaction, one statement per
+ * unit: consecutive hits on one key with one window fold into one row update
+ * (the rules of each kind are in pklimit.h), and each caller gets exactly the
+ * answer serial execution would give.  Every statement touches one key, so
+ * the table stays distributable by key.
+ *
+ * A row lock is waited for only as long as the lock wait the worker set:
+ * PKLIMIT_BATCH_LOCK_MS for new entries, PKLIMIT_RETRY_LOCK_MS for a retry
+ * and after the first lock timeout.  The entries on a locked key are set
+ * aside and the rest commits without them.  A table locked as a whole sets
+ * aside the writes.  After any other failure each entry is tried in a
+ * transaction of its own, so one bad request cannot spoil its neighbours'
+ * answers.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "pklimit.h"
+
+/* Time kept in hand for an answer to reach a caller before its deadline. */
+#define ANSWER_MS 5
+
+/* The units of one transaction: each applied by one statement. */
+typedef struct Unit
+{
+	PklimitEntry *head;			/* its first entry, whose request it applies */
+	int			size;			/* entries folded into it */
+	bool		open;			/* a later entry may still fold into it */
+} Unit;
+
+/* What became of one transaction of apply_in_transaction. */
+typedef enum Outcome
+{
+	APPLY_COMMITTED,
+	APPLY_LOCKED,				/* a row lock was not granted in time */
+	APPLY_TABLE_LOCKED,			/* another transaction locks the whole table */
+	APPLY_FAILED,				/* any other error */
+	APPLY_UNFOLD				/* rolled back: folded hits reached the
+								 * maximum */
+} Outcome;
+
+/*
+ * Start one of the worker's transactions, with SPI and a snapshot.  Its
+ * memory context on return is the transaction's.
+ */
+void
+pklimit_begin_transaction(const char *activity)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	pgstat_report_activity(STATE_RUNNING, activity);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+void
+pklimit_commit_transaction(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+}
+
+/* Roll back a transaction that raised no error. */
+static void
+rollback_transaction(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	AbortCurrentTransaction();
+}
+
+/*
+ * In PG_CATCH: keep the error, in memory_context, and roll back.  The abort
+ * also restores the user id, SPI and the snapshot stack.
+ */
+ErrorData *
+pklimit_abort_transaction(MemoryContext memory_context)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(memory_context);
+	edata = CopyErrorData();
+	FlushErrorState();
+	AbortCurrentTransaction();
+	return edata;
+}
+
+/* The end of any of the worker's transactions, for the statistics views. */
+void
+pklimit_report_idle(void)
+{
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/* The caller's view of a failed transaction, from the error's SQLSTATE. */
+void
+pklimit_answer_error(PklimitAnswer *answer, const ErrorData *edata)
+{
+	memset(answer, 0, sizeof(*answer));
+	switch (edata->sqlerrcode)
+	{
+		case ERRCODE_LOCK_NOT_AVAILABLE:
+			answer->status = PKLIMIT_LOCK_TIMEOUT;
+			break;
+		case ERRCODE_UNDEFINED_TABLE:
+			answer->status = PKLIMIT_NO_TABLE;
+			break;
+		case ERRCODE_READ_ONLY_SQL_TRANSACTION:
+			answer->status = PKLIMIT_READ_ONLY;
+			break;
+		default:
+			answer->status = PKLIMIT_STORE_ERROR;
+			break;
+	}
+	answer->sqlstate = edata->sqlerrcode;
+	strlcpy(answer->message, edata->message ? edata->message : "",
+			sizeof(answer->message));
+}
+
+/* Answer an entry without applying it. */
+void
+pklimit_entry_answer(PklimitEntry *entry, PklimitStatus status)
+{
+	memset(&entry->answer, 0, sizeof(entry->answer));
+	entry->answer.status = status;
+	entry->state = ENTRY_ANSWERED;
+}
+
+bool
+pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b)
+{
+	return a->nspid == b->nspid && strcmp(a->key, b->key) == 0;
+}
+
+/*
+ * Is there budget left before deadline for another try at a locked row, with
+ * time to spare for the answer to reach the caller?  The next try comes
+ * within PKLIMIT_RETRY_MS, give or take a round of the worker (a new batch
+ * may wait PKLIMIT_BATCH_LOCK_MS for a lock first), and the answer after it.
+ */
+bool
+pklimit_worth_retrying(TimestampTz deadline)
+{
+	return (deadline - GetCurrentTimestamp()) / 1000 >
+		2 * PKLIMIT_RETRY_MS + PKLIMIT_BATCH_LOCK_MS + ANSWER_MS;
+}
+
+/* Set how long a statement waits for a lock (lock_timeout), in ms. */
+void
+pklimit_set_lock_wait(int ms)
+{
+	static int	current = -1;
+	char		value[16];
+
+	if (ms == current)
+		return;
+	snprintf(value, sizeof(value), "%d", ms);
+	SetConfigOption("lock_timeout", value, PGC_SUSET, PGC_S_OVERRIDE);
+	current = ms;
+}
+
+/*
+ * Group the n entries into units applied by one statement each:
+ * consecutive entries of a folding kind on one key with one window fold, as
+ * long as no other entry on that key comes between them and none is marked
+ * unfold.  Each entry's unit is set; returns the number of units, which keep
+ * the order of their first entry.
+ */
+static int
+fold(PklimitEntry **entries, int n, Unit *units)
+{
+	int			nunits = 0;
+
+	for (int j = 0; j < n; j++)
+	{
+		PklimitEntry *e = entries[j];
+		bool		folds = pklimit_op_rules(e->request.kind).folds && !e->unfold;
+		int			u = -1;
+
+		for (int v = 0; v < nunits; v++)
+		{
+			const PklimitRequest *head = &units[v].head->request;
+
+			if (!units[v].open || !pklimit_same_key(head, &e->request))
+				continue;
+			if (folds && head->kind == e->request.kind &&
+				head->window_usec == e->request.window_usec)
+				u = v;
+			else
+				units[v].open = false;	/* a later entry must not jump over e */
+		}
+		if (u < 0)
+		{
+			u = nunits++;
+			units[u].head = e;
+			units[u].size = 0;
+			units[u].open = folds;
+		}
+		e->unit = u;
+		units[u].size++;
+	}
+	return nunits;
+}
+
+/* Apply one unit as the table's owner, so row level security applies. */
+static void
+apply_unit(const Unit *unit, Oid owner, PklimitResult *result)
+{
+	const PklimitRequest *r = &unit->head->request;
+	Oid			save_userid;
+	int			save_sec_context;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(owner,
+						   save_sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	pklimit_store_apply(r->nspid, r->kind, r->key, r->window_usec, unit->size,
+						result);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+}
+
+/*
+ * Answer the entries of unit u from its result, as serial execution would:
+ * the k-th of m folded events gets the count after its own event.  A folded
+ * unit whose count comes back at the largest bigint does not say where it
+ * started, so its events cannot get their own counts: they are marked
+ * unfold instead, and false is returned.
+ */
+static bool
+answer_unit(PklimitEntry **entries, int n, const Unit *units, int u,
+			const PklimitResult *result)
+{
+	int			k = 0;
+
+	if (units[u].size > 1 && result->count == PG_INT64_MAX)
+	{
+		for (int j = 0; j < n; j++)
+			if (entries[j]->unit == u)
+				entries[j]->unfold = true;
+		return false;
+	}
+	for (int j = 0; j < n; j++)
+	{
+		PklimitAnswer *a = &entries[j]->answer;
+
+		if (entries[j]->unit != u)
+			continue;
+		memset(a, 0, sizeof(*a));
+		a->status = PKLIMIT_OK;
+		a->result = *result;
+		a->result.count = result->count - units[u].size + (++k);
+	}
+	return true;
+}
+
+/*
+ * After a lock timeout on unit u's key: mark the entries that would meet
+ * the same locked row, every write on that key (and its counts too if a
+ * count is what met it).
+ */
+static void
+mark_locked(PklimitEntry **entries, int n, const PklimitRequest *met)
+{
+	bool		met_by_read = !pklimit_op_rules(met->kind).writes;
+
+	for (int j = 0; j < n; j++)
+	{
+		const PklimitRequest *r = &entries[j]->request;
+
+		entries[j]->locked = pklimit_same_key(r, met) &&
+			(pklimit_op_rules(r->kind).writes || met_by_read);
+	}
+}
+
+/*
+ * Apply the n entries in one transaction and answer each.  Otherwise every
+ * answer says why, and on APPLY_LOCKED the entries that met the locked row
+ * are marked locked.  If probe_table, a table locked by another transaction
+ * is found first, without waiting (APPLY_TABLE_LOCKED).
+ */
+static Outcome
+apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
+					 MemoryContext memory_context)
+{
+	volatile Outcome outcome = APPLY_COMMITTED;
+	volatile int current = 0;
+	Unit		units[PKLIMIT_BATCH_MAX];
+	int			nunits = fold(entries, n, units);
+
+	PG_TRY();
+	{
+		Oid			owner_nspid = InvalidOid;
+		Oid			owner = InvalidOid;
+
+		pklimit_begin_transaction("pklimit: applying queued requests");
+		if (probe_table && !pklimit_store_table_free(entries[0]->request.nspid))
+			outcome = APPLY_TABLE_LOCKED;
+
+		for (int u = 0; u < nunits && outcome == APPLY_COMMITTED; u++)
+		{
+			PklimitResult result;
+
+			current = u;
+			if (units[u].head->request.nspid != owner_nspid)
+			{
+				owner_nspid = units[u].head->request.nspid;
+				owner = pklimit_store_owner(owner_nspid);
+			}
+			apply_unit(&units[u], owner, &result);
+			if (!answer_unit(entries, n, units, u, &result))
+				outcome = APPLY_UNFOLD;
+		}
+
+		if (outcome == APPLY_COMMITTED)
+			pklimit_commit_transaction();
+		else
+			rollback_transaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata = pklimit_abort_transaction(memory_context);
+
+		for (int j = 0; j < n; j++)
+			pklimit_answer_error(&entries[j]->answer, edata);
+		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+		{
+			outcome = APPLY_LOCKED;
+			mark_locked(entries, n, &units[current].head->request);
+		}
+		else
+		{
+			outcome = APPLY_FAILED;
+			ereport(LOG,
+					(errmsg_plural("pklimit worker could not apply %d request: %s",
+								   "pklimit worker could not apply %d requests: %s",
+								   n, n, edata->message)));
+		}
+	}
+	PG_END_TRY();
+
+	MemoryContextSwitchTo(memory_context);
+	pklimit_report_idle();
+	return outcome;
+}
+
+/*
+ * After a transaction that did not commit: entries that met a locked row are
+ * set aside while their budget allows another try (answered lock_timeout
+ * otherwise), entries whose caller's budget has run out are answered
+ * timeout, and the rest stay in entries[] for another transaction.  Returns
+ * how many stay; *probe_table says whether the next one looks for a table
+ * lock first (a row lock may have been the whole table's).
+ */
+static int
+sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int			kept = 0;
+
+	*probe_table = false;
+	for (int j = 0; j < n; j++)
+	{
+		PklimitEntry *e = entries[j];
+
+		if (e->locked)
+		{
+			pklimit_entry_answer(e, PKLIMIT_LOCK_TIMEOUT);
+			if (pklimit_worth_retrying(e->request.deadline))
+				e->state = ENTRY_SET_ASIDE;
+		}
+		else if (e->request.deadline <= now)
+			pklimit_entry_answer(e, PKLIMIT_TIMEOUT);
+		else
+		{
+			entries[kept++] = e;
+			*probe_table |= (pklimit_op_rules(e->request.kind).writes &&
+							 outcome == APPLY_LOCKED);
+		}
+	}
+	return kept;
+}
+
+/*
+ * Apply the n entries (all of them being tried now) and leave each answered
+ * or set aside.  Entries whose caller's budget has already run out are
+ * answered without being applied.  The first transaction waits for a lock
+ * as long as lock_wait_ms, later ones PKLIMIT_RETRY_LOCK_MS, so several
+ * locked rows cost one long wait.  memory_context is the batch's, where
+ * errors are kept.
+ */
+void
+pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
+			  MemoryContext memory_context)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		probe_table = false;
+	int			nlive = 0;
+
+	for (int j = 0; j < n; j++)
+	{
+		entries[j]->unfold = false;
+		entries[j]->locked = false;
+		if (entries[j]->request.deadline <= now)
+			pklimit_entry_answer(entries[j], PKLIMIT_TIMEOUT);
+		else
+			entries[nlive++] = entries[j];
+	}
+
+	pklimit_set_lock_wait(lock_wait_ms);
+	while (nlive > 0)
+	{
+		Outcome		outcome = apply_in_transaction(entries, nlive, probe_table,
+												   memory_context);
+
+		if (outcome == APPLY_COMMITTED)
+			break;
+		if (outcome == APPLY_UNFOLD)
+			continue;			/* again, without folding what saturated */
+		if (outcome == APPLY_FAILED)
+		{
+			/* one by one, so one bad request spoils no other's answer */
+			if (nlive > 1)
+				for (int j = 0; j < nlive; j++)
+					(void) apply_in_transaction(&entries[j], 1, false,
+												memory_context);
+			break;
+		}
+		/* a table locked as a whole holds up its writes, not its reads */
+		if (outcome == APPLY_TABLE_LOCKED)
+			for (int j = 0; j < nlive; j++)
+				entries[j]->locked = pklimit_op_rules(entries[j]->request.kind).writes;
+
+		nlive = sort_out(entries, nlive, outcome, &probe_table);
+		pklimit_set_lock_wait(PKLIMIT_RETRY_LOCK_MS);
+	}
+	for (int j = 0; j < nlive; j++)
+		entries[j]->state = ENTRY_ANSWERED;
+}

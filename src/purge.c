@@ -1,0 +1,406 @@
+/*-------------------------------------------------------------------------
+ *
+ * purge.c
+ *		The purge, from request to status: pklimit_purge() turns its
+ *		retention into a cutoff and queues one request; the worker takes it
+ *		and deletes in batches of PURGE_BATCH rows, each committed on its own,
+ *		serving queued calls between two batches; pklimit_purge_status()
+ *		shows the last purge of the database.  The statement is store.c's.
+ *
+ * A batch that meets a locked row is tried again every PKLIMIT_RETRY_MS,
+ * waiting PKLIMIT_RETRY_LOCK_MS for the lock; the purge fails only if that
+ * goes on for PKLIMIT_PURGE_LOCK_SECONDS.  A purge requested while one of the same
+ * database runs returns at once.
+ *
+ * Locking: the status entries are protected by pklimit_lock (see
+ * pklimit.h): exclusive to change one, shared to read one.  The running
+ * purge itself is the worker's own state.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "pklimit.h"
+
+/* Rows a purge deletes per transaction. */
+#define PURGE_BATCH 1000
+
+/* What a database's last purge did, since the server started. */
+typedef struct PurgeStatus
+{
+	Oid			dboid;			/* InvalidOid: unused */
+	bool		running;
+	TimestampTz started_at;
+	TimestampTz finished_at;	/* 0 while the first purge runs */
+	TimestampTz cutoff;			/* rows whose window ended before this */
+	int64		deleted;		/* rows deleted so far, or in all */
+	bool		failed;
+} PurgeStatus;
+
+static PurgeStatus *statuses;	/* pklimit_max_workers entries */
+
+/* The purge a worker runs. */
+typedef struct RunningPurge
+{
+	bool		running;
+	PklimitEntry entry;			/* its request, slot and answer */
+	int64		deleted;
+	TimestampTz from;			/* the next batch starts at this window end */
+	TimestampTz blocked_since;	/* 0, or when a locked row stopped it */
+	TimestampTz last_try;
+} RunningPurge;
+
+static RunningPurge purge;		/* in the worker */
+
+Size
+pklimit_purge_shmem_size(void)
+{
+	return mul_size(pklimit_max_workers, sizeof(PurgeStatus));
+}
+
+/* In shmem_startup, with AddinShmemInitLock held. */
+void
+pklimit_purge_shmem_init(void)
+{
+	bool		found;
+
+	statuses = ShmemInitStruct("pklimit purges", pklimit_purge_shmem_size(),
+							   &found);
+	if (!found)
+		memset(statuses, 0, pklimit_purge_shmem_size());
+}
+
+/*
+ * This database's status entry.  Each database keeps one; when all are
+ * taken, the one whose purge finished longest ago is reused.  Lock held.
+ */
+static PurgeStatus *
+status_entry(void)
+{
+	PurgeStatus *oldest = NULL;
+
+	for (int i = 0; i < pklimit_max_workers; i++)
+		if (statuses[i].dboid == MyDatabaseId)
+			return &statuses[i];
+	for (int i = 0; i < pklimit_max_workers; i++)
+	{
+		PurgeStatus *s = &statuses[i];
+
+		if (s->dboid == InvalidOid)
+			return s;
+		if (!s->running &&
+			(oldest == NULL || s->finished_at < oldest->finished_at))
+			oldest = s;
+	}
+	/* running purges hold at most max_workers - 1 entries besides ours */
+	return oldest ? oldest : &statuses[0];
+}
+
+/* Record the running purge's progress; at its end, whether it failed. */
+static void
+report(bool failed)
+{
+	PurgeStatus *s;
+
+	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
+	s = status_entry();
+	s->deleted = purge.deleted;
+	s->running = purge.running;
+	s->failed = failed;
+	if (!purge.running)
+		s->finished_at = GetCurrentTimestamp();
+	LWLockRelease(pklimit_lock);
+}
+
+/*
+ * In the worker, a purge request taken from the queue: it starts a purge
+ * unless one runs, in which case it is answered at once as not run.
+ */
+void
+pklimit_purge_take(const PklimitEntry *entry)
+{
+	PurgeStatus *s;
+
+	if (purge.running)
+	{
+		PklimitEntry other = *entry;
+		PklimitEntry *list[1] = {&other};
+
+		memset(&other.answer, 0, sizeof(other.answer));
+		other.answer.status = PKLIMIT_OK;
+		other.answer.result.found = false;	/* another purge is running */
+		pklimit_queue_answer(list, 1);
+		return;
+	}
+	purge.running = true;
+	purge.entry = *entry;
+	memset(&purge.entry.answer, 0, sizeof(purge.entry.answer));
+	purge.deleted = 0;
+	purge.from = DT_NOBEGIN;
+	purge.blocked_since = 0;
+
+	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
+	s = status_entry();
+	memset(s, 0, sizeof(*s));
+	s->dboid = MyDatabaseId;
+	s->running = true;
+	s->started_at = GetCurrentTimestamp();
+	s->cutoff = entry->request.cutoff;
+	LWLockRelease(pklimit_lock);
+}
+
+bool
+pklimit_purge_running(void)
+{
+	return purge.running;
+}
+
+/*
+ * Is a purge step due?  A purge goes on at once, but one held up by a
+ * locked row tries again only every PKLIMIT_RETRY_MS.
+ */
+bool
+pklimit_purge_due(void)
+{
+	return purge.running &&
+		(purge.blocked_since == 0 ||
+		 GetCurrentTimestamp() - purge.last_try >= PKLIMIT_RETRY_MS * 1000);
+}
+
+/* The worker exits while its purge runs: the purge failed.  Lock held. */
+void
+pklimit_purge_fail_running(void)
+{
+	PurgeStatus *s;
+
+	if (!purge.running)
+		return;
+	s = status_entry();
+	s->running = false;
+	s->failed = true;
+	s->finished_at = GetCurrentTimestamp();
+}
+
+/* Answer the running purge's caller and forget the purge. */
+static void
+finish(bool failed)
+{
+	PklimitEntry *list[1] = {&purge.entry};
+
+	purge.running = false;
+	report(failed);
+	pklimit_queue_answer(list, 1);
+}
+
+/*
+ * Delete one batch, as the caller of the purge, in a transaction of its own.
+ * Returns rows deleted, or -1 on an error, which is in *edata.
+ */
+static int64
+delete_batch(MemoryContext memory_context, ErrorData **edata)
+{
+	volatile int64 deleted = -1;
+	const PklimitRequest *r = &purge.entry.request;
+
+	PG_TRY();
+	{
+		Oid			save_userid;
+		int			save_sec_context;
+
+		/* a lock that held up the last try is waited for briefly */
+		pklimit_set_lock_wait(purge.blocked_since != 0 ?
+							  PKLIMIT_RETRY_LOCK_MS : PKLIMIT_BATCH_LOCK_MS);
+		pklimit_begin_transaction("pklimit: purge");
+		/* the extension's own table only; the caller's privileges decide */
+		(void) pklimit_store_owner(r->nspid);
+		GetUserIdAndSecContext(&save_userid, &save_sec_context);
+		SetUserIdAndSecContext(r->userid,
+							   save_sec_context |
+							   SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_RESTRICTED_OPERATION);
+		deleted = pklimit_store_purge(r->nspid, r->cutoff, PURGE_BATCH,
+									  &purge.from);
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		pklimit_commit_transaction();
+	}
+	PG_CATCH();
+	{
+		*edata = pklimit_abort_transaction(memory_context);
+		deleted = -1;
+	}
+	PG_END_TRY();
+	pklimit_report_idle();
+	return deleted;
+}
+
+/*
+ * One step of the running purge: one batch deleted and committed.  A batch
+ * that meets a locked row is tried again on a later step, for a while.
+ * Returns true if the purge goes on at once (not held up by a lock).
+ */
+bool
+pklimit_purge_step(MemoryContext memory_context)
+{
+	ErrorData  *edata = NULL;
+	int64		deleted;
+	TimestampTz now;
+
+	purge.last_try = GetCurrentTimestamp();
+	if (pklimit_queue_abandoned(purge.entry.slot))
+	{
+		finish(false);
+		return false;
+	}
+
+	deleted = delete_batch(memory_context, &edata);
+	now = GetCurrentTimestamp();
+	if (deleted < 0 && edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE &&
+		(purge.blocked_since == 0 ||
+		 now - purge.blocked_since < PKLIMIT_PURGE_LOCK_SECONDS * USECS_PER_SEC))
+	{
+		if (purge.blocked_since == 0)
+			purge.blocked_since = now;
+	}
+	else if (deleted < 0)
+	{
+		ereport(LOG,
+				(errmsg("pklimit purge failed after deleting " INT64_FORMAT " rows: %s",
+						purge.deleted, edata->message)));
+		pklimit_answer_error(&purge.entry.answer, edata);
+		finish(true);
+	}
+	else
+	{
+		purge.blocked_since = 0;
+		purge.deleted += deleted;
+		if (deleted < PURGE_BATCH)
+		{
+			purge.entry.answer.status = PKLIMIT_OK;
+			purge.entry.answer.result.found = true;
+			purge.entry.answer.result.count = purge.deleted;
+			finish(false);
+		}
+		else
+			report(false);
+	}
+	MemoryContextSwitchTo(TopMemoryContext);
+	MemoryContextReset(memory_context);
+	return purge.running && purge.blocked_since == 0;
+}
+
+/*
+ * SQL side.
+ */
+
+/*
+ * The cutoff of a purge with this retention, measured back from now.  A
+ * retention whose longest span (31-day months) reaches past the earliest
+ * timestamp is older than any window: DT_NOBEGIN, nothing is deleted.
+ */
+static TimestampTz
+cutoff_of(Interval *retention, TimestampTz now)
+{
+	Interval	zero = {0};
+	TimestampTz cutoff;
+
+	if (DatumGetBool(DirectFunctionCall2(interval_lt,
+										 IntervalPGetDatum(retention),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("retention must not be negative")));
+	if ((double) retention->month * 31 * USECS_PER_DAY +
+		(double) retention->day * USECS_PER_DAY + (double) retention->time >
+		(double) (now - MIN_TIMESTAMP) - USECS_PER_DAY)
+		return DT_NOBEGIN;
+	cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+													 TimestampTzGetDatum(now),
+													 IntervalPGetDatum(retention)));
+	if (cutoff > now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("retention must not be negative")));
+	return cutoff;
+}
+
+/*
+ * Delete rows whose window closed more than retention ago, in batches that
+ * the worker commits one by one.  The caller waits pklimit.timeout for a
+ * worker to take it, then until the purge is done (statement_timeout and
+ * cancel apply).  The batches run as the caller, so its privileges on the
+ * table decide; EXECUTE is not granted to PUBLIC.
+ */
+PG_FUNCTION_INFO_V1(pklimit_purge);
+Datum
+pklimit_purge(PG_FUNCTION_ARGS)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	PklimitRequest request;
+	PklimitAnswer answer;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("retention must not be null")));
+	memset(&request, 0, sizeof(request));
+	request.kind = PKLIMIT_OP_PURGE;
+	request.cutoff = cutoff_of(PG_GETARG_INTERVAL_P(0), now);
+	request.userid = GetUserId();
+
+	pklimit_run(fcinfo, &request, &answer);
+	if (answer.status != PKLIMIT_OK)
+		(void) pklimit_unavailable(&answer, PKLIMIT_CALL_PURGES);
+	if (!answer.result.found)
+	{
+		ereport(NOTICE,
+				(errmsg("a purge of this database is already running"),
+				 errdetail("This call deleted nothing.")));
+		PG_RETURN_INT64(0);
+	}
+	PG_RETURN_INT64(answer.result.count);
+}
+
+/* The last purge of the current database since the server started. */
+PG_FUNCTION_INFO_V1(pklimit_purge_status);
+Datum
+pklimit_purge_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	PurgeStatus status;
+	bool		found = false;
+	Datum		values[6];
+	bool		nulls[6] = {0};
+
+	pklimit_check_preloaded();
+	InitMaterializedSRF(fcinfo, 0);
+	LWLockAcquire(pklimit_lock, LW_SHARED);
+	for (int i = 0; i < pklimit_max_workers && !found; i++)
+	{
+		if (statuses[i].dboid == MyDatabaseId)
+		{
+			status = statuses[i];
+			found = true;
+		}
+	}
+	LWLockRelease(pklimit_lock);
+	if (!found)
+		return (Datum) 0;
+
+	values[0] = BoolGetDatum(status.running);
+	values[1] = TimestampTzGetDatum(status.started_at);
+	values[2] = TimestampTzGetDatum(status.finished_at);
+	nulls[2] = status.running;
+	values[3] = TimestampTzGetDatum(status.cutoff);
+	values[4] = Int64GetDatum(status.deleted);
+	values[5] = BoolGetDatum(status.failed);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
+}

@@ -1,0 +1,297 @@
+/*-------------------------------------------------------------------------
+ *
+ * registry.c
+ *		Which pklimit worker serves which database: the first call that needs
+ *		one starts it (a dynamic background worker), the worker attaches to
+ *		its entry, leaves it when idle (retire) or on exit (detach), and a
+ *		database whose worker failed to start or died waits before the next
+ *		start (back-off).  Runs in callers (ensure, procno), in the worker
+ *		(attach, served, retire, detach) and in the ProcessUtility guards
+ *		(terminate); the requests themselves are queue.c's.
+ *
+ * Locking: the workers[] and backoffs[] arrays are protected by
+ * pklimit_lock (see pklimit.h): exclusive to change an entry, shared to
+ * read one.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "pklimit.h"
+
+/* A worker that has not attached this long after registration is dead. */
+#define START_GRACE_USEC (10 * USECS_PER_SEC)
+
+/*
+ * After a database's worker failed to start or died, its calls wait before
+ * starting another: MIN_BACKOFF_USEC, doubling up to MAX_BACKOFF_USEC while
+ * failures repeat, so a worker that cannot run does not fill the log.  A
+ * served batch ends it.  Each database waits on its own, so one cannot
+ * hold up another.
+ */
+#define MIN_BACKOFF_USEC (1 * USECS_PER_SEC)
+#define MAX_BACKOFF_USEC (30 * USECS_PER_SEC)
+
+typedef struct WorkerEntry
+{
+	bool		in_use;
+	Oid			dboid;
+	pid_t		pid;			/* 0 until the worker has attached */
+	int			procno;
+	TimestampTz registered_at;
+} WorkerEntry;
+
+/* A database's wait before another worker start, after failures. */
+typedef struct Backoff
+{
+	Oid			dboid;			/* InvalidOid: unused */
+	TimestampTz last_failure;
+	int64		usec;
+} Backoff;
+
+typedef struct Registry
+{
+	WorkerEntry *workers;		/* pklimit_max_workers entries */
+	Backoff    *backoffs;		/* pklimit_max_workers entries */
+} Registry;
+
+static Registry registry;
+static int	my_worker = -1;		/* registry index, in a worker */
+
+Size
+pklimit_registry_shmem_size(void)
+{
+	return add_size(mul_size(pklimit_max_workers, sizeof(WorkerEntry)),
+					mul_size(pklimit_max_workers, sizeof(Backoff)));
+}
+
+/* In shmem_startup, with AddinShmemInitLock held. */
+void
+pklimit_registry_shmem_init(void)
+{
+	bool		found;
+	char	   *base = ShmemInitStruct("pklimit registry",
+									   pklimit_registry_shmem_size(), &found);
+
+	if (!found)
+		memset(base, 0, pklimit_registry_shmem_size());
+	registry.workers = (WorkerEntry *) base;
+	registry.backoffs = (Backoff *) (registry.workers + pklimit_max_workers);
+}
+
+/*
+ * The back-off entry of dboid; with create, a new one (replacing the one
+ * whose last failure is oldest) if it has none.  Lock held.
+ */
+static Backoff *
+backoff_of(Oid dboid, bool create)
+{
+	Backoff    *oldest = &registry.backoffs[0];
+
+	for (int i = 0; i < pklimit_max_workers; i++)
+	{
+		if (registry.backoffs[i].dboid == dboid)
+			return &registry.backoffs[i];
+		if (registry.backoffs[i].last_failure < oldest->last_failure)
+			oldest = &registry.backoffs[i];
+	}
+	if (!create)
+		return NULL;
+	memset(oldest, 0, sizeof(*oldest));
+	oldest->dboid = dboid;
+	return oldest;
+}
+
+/* Note a failed or lost worker of dboid.  Lock held. */
+static void
+note_start_failure(Oid dboid, TimestampTz now)
+{
+	Backoff    *b = backoff_of(dboid, true);
+
+	b->last_failure = now;
+	b->usec = Min(MAX_BACKOFF_USEC, Max(MIN_BACKOFF_USEC, b->usec * 2));
+}
+
+/* Register a dynamic background worker for entry index.  Lock held. */
+static bool
+start_worker(int index, Oid dboid)
+{
+	BackgroundWorker bgw;
+
+	memset(&bgw, 0, sizeof(bgw));
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(bgw.bgw_library_name, BGW_MAXLEN, "pklimit");
+	snprintf(bgw.bgw_function_name, BGW_MAXLEN, "pklimit_worker_main");
+	snprintf(bgw.bgw_name, BGW_MAXLEN, "pklimit worker for database %u", dboid);
+	snprintf(bgw.bgw_type, BGW_MAXLEN, "pklimit worker");
+	bgw.bgw_main_arg = Int32GetDatum(index);
+	bgw.bgw_notify_pid = 0;
+
+	/* no handle: nothing here may raise an error while the lock is held */
+	return RegisterDynamicBackgroundWorker(&bgw, NULL);
+}
+
+/*
+ * Make sure a worker serves dboid.  Returns the registry index of a running
+ * or starting worker, or -1 if none could be started (registry full,
+ * max_worker_processes exhausted, or a recent start failed and the back-off
+ * has not passed).  Lock held exclusively.
+ */
+int
+pklimit_registry_ensure(Oid dboid, TimestampTz now)
+{
+	int			free_index = -1;
+	Backoff    *backoff;
+
+	for (int i = 0; i < pklimit_max_workers; i++)
+	{
+		WorkerEntry *w = &registry.workers[i];
+
+		if (w->in_use && w->pid == 0 &&
+			now - w->registered_at > START_GRACE_USEC)
+			w->in_use = false;	/* registered but never attached */
+		if (w->in_use && w->dboid == dboid)
+			return i;
+		if (!w->in_use && free_index < 0)
+			free_index = i;
+	}
+
+	if (free_index < 0)
+		return -1;
+	backoff = backoff_of(dboid, false);
+	if (backoff && now - backoff->last_failure < backoff->usec)
+		return -1;
+	if (!start_worker(free_index, dboid))
+	{
+		note_start_failure(dboid, now);
+		return -1;
+	}
+
+	registry.workers[free_index].in_use = true;
+	registry.workers[free_index].dboid = dboid;
+	registry.workers[free_index].pid = 0;
+	registry.workers[free_index].registered_at = now;
+	return free_index;
+}
+
+/*
+ * The process number of the worker at index, to wake once the lock is
+ * released, or -1 if it has not attached yet (it looks at the queue when it
+ * does).  Lock held.
+ */
+int
+pklimit_registry_procno(int worker)
+{
+	if (worker >= 0 && registry.workers[worker].pid != 0)
+		return registry.workers[worker].procno;
+	return -1;
+}
+
+/* Worker exit: answer what it had taken, and leave the registry. */
+static void
+detach(int code, Datum arg)
+{
+	WorkerEntry *w = &registry.workers[my_worker];
+
+	LWLockReleaseAll();
+	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
+	/* a worker that retired holds no slot, and its entry may be reused */
+	if (w->pid == MyProcPid)
+	{
+		pklimit_queue_release_worker(my_worker);
+		w->in_use = false;
+		w->pid = 0;
+		if (code != 0)
+			note_start_failure(w->dboid, GetCurrentTimestamp());
+		pklimit_purge_fail_running();
+	}
+	LWLockRelease(pklimit_lock);
+}
+
+/*
+ * Claim registry entry index for this process and return the database it
+ * serves, or InvalidOid if the entry was given up meanwhile (the worker then
+ * exits).
+ */
+Oid
+pklimit_registry_attach(int worker)
+{
+	bool		ok;
+	Oid			dboid = InvalidOid;
+
+	if (worker < 0 || worker >= pklimit_max_workers)
+		return InvalidOid;
+	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
+	ok = registry.workers[worker].in_use && registry.workers[worker].pid == 0;
+	if (ok)
+	{
+		registry.workers[worker].pid = MyProcPid;
+		registry.workers[worker].procno = PKLIMIT_MY_PROCNO;
+		dboid = registry.workers[worker].dboid;
+		my_worker = worker;
+	}
+	LWLockRelease(pklimit_lock);
+	if (ok)
+		before_shmem_exit(detach, (Datum) 0);
+	return dboid;
+}
+
+/* A batch of dboid was served: no more waiting after failures.  Lock held. */
+void
+pklimit_registry_served(Oid dboid)
+{
+	Backoff    *backoff = backoff_of(dboid, false);
+
+	if (backoff != NULL)
+		memset(backoff, 0, sizeof(*backoff));
+}
+
+/*
+ * An idle worker leaves the registry, unless a request for its database
+ * arrived meanwhile.  Returns true if the worker should now exit.
+ */
+bool
+pklimit_registry_retire(void)
+{
+	bool		retire;
+
+	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
+	retire = !pklimit_queue_has_work(MyDatabaseId);
+	if (retire)
+	{
+		registry.workers[my_worker].in_use = false;
+		registry.workers[my_worker].pid = 0;
+	}
+	LWLockRelease(pklimit_lock);
+	return retire;
+}
+
+/* Ask every worker of dboid to exit (before DROP DATABASE). */
+void
+pklimit_terminate_workers(Oid dboid)
+{
+	if (!pklimit_preloaded())
+		return;
+	LWLockAcquire(pklimit_lock, LW_SHARED);
+	for (int i = 0; i < pklimit_max_workers; i++)
+	{
+		WorkerEntry *w = &registry.workers[i];
+
+		if (w->in_use && w->dboid == dboid && w->pid != 0)
+			kill(w->pid, SIGTERM);
+	}
+	LWLockRelease(pklimit_lock);
+}

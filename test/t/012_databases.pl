@@ -1,0 +1,52 @@
+# Several databases: separate tables, workers and counts; settings of a
+# database or role do not reach its worker; only a database's owner can make
+# its worker leave; DROP DATABASE, renaming and CREATE DATABASE ... TEMPLATE
+# are not blocked by a worker.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use PklimitTest;
+
+my $node = pklimit_node('databases');
+my ($out, $err);
+
+# --- two databases: separate tables, separate workers, separate counts
+$node->safe_psql('postgres', 'CREATE DATABASE other');
+$node->safe_psql('other', 'CREATE EXTENSION pklimit');
+$node->safe_psql('other', "SELECT pklimit_allow('shared-name', 10, '36500 days') FROM generate_series(1, 5)");
+$node->safe_psql('postgres', "SELECT pklimit_allow('shared-name', 10, '36500 days') FROM generate_series(1, 2)");
+is($node->safe_psql('other', "SELECT pklimit_count('shared-name')"), '5', 'database other counts its own');
+is($node->safe_psql('postgres', "SELECT pklimit_count('shared-name')"), '2', 'database postgres counts its own');
+is($node->safe_psql('postgres',
+	"SELECT string_agg(datname, ',' ORDER BY datname) FROM pg_stat_activity WHERE backend_type = 'pklimit worker'"),
+	'other,postgres', 'one worker per database');
+
+# --- settings of the database or role do not reach the worker
+$node->safe_psql('postgres', "ALTER DATABASE other SET default_transaction_read_only = on");
+$node->safe_psql('postgres', "ALTER DATABASE other SET statement_timeout = '1ms'");
+$node->safe_psql('postgres', "ALTER DATABASE other SET default_transaction_isolation = 'serializable'");
+$node->safe_psql('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pklimit worker' AND datname = 'other'");
+($out, $err) = timed_psql($node, 'other', "SET statement_timeout = 0; SELECT status FROM pklimit_check('shared-name', 10, '36500 days')");
+is($out, 'ok', 'a read-only, 1 ms, serializable database still gets its events recorded');
+$node->safe_psql('postgres', "ALTER DATABASE other RESET ALL");
+
+# --- nobody but the database's owner can make its worker leave
+my $worker_other = worker_pid($node, 'other');
+$node->safe_psql('postgres', 'CREATE ROLE mallory LOGIN');
+$node->psql('postgres', 'SET ROLE mallory; DROP DATABASE other', stderr => \$err);
+like($err, qr/must be owner of database other/, 'an ordinary role cannot drop the database');
+is(worker_pid($node, 'other'), $worker_other, 'and its attempt did not stop the worker');
+
+# --- statements that need the database to themselves are not blocked
+is($node->psql('postgres', 'CREATE DATABASE copy TEMPLATE other'), 0,
+	'CREATE DATABASE from it as a template succeeds while a worker serves it');
+is($node->psql('postgres', 'ALTER DATABASE other RENAME TO other2'), 0, 'so does renaming it');
+is($node->psql('postgres', 'DROP DATABASE other2'), 0, 'and DROP DATABASE');
+is($node->safe_psql('copy', "SELECT pklimit_count('shared-name')"), '6', 'the copy keeps its counts (5, and the one recorded above)');
+
+$node->stop;
+done_testing();

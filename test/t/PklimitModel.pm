@@ -1,0 +1,505 @@
+# PklimitModel: the reference model of pklimit that the conformance tests
+# (001_conformance.pl, 003_conformance_scenario.pl) compare the server with
+# ("both limiters agree"), and the runner that replays a batch of operations
+# in one psql session and compares every answer.
+#
+# An operation is a hash {op => ..., args}; op_sql() gives its SQL and the
+# model its expected output line.  The model's state is "tenant\0key" ->
+# {ws, we, count} (tenant '' is the global namespace), plus per-session
+# settings; it never uses now() and never reads the table to decide.
+#
+# How the clock is handled: every batch's first and last statements read
+# clock_timestamp(), the server clock pklimit itself uses, so every event of
+# the batch is recorded between those two readings.  If no window boundary
+# of a length that matters to the batch (one its calls use, one a row of the
+# model has) falls inside that interval, every operation of the batch sees
+# the same current window, and the model computes it from the first reading.
+# If a boundary does fall inside, the batch's outcome is not predictable:
+# the table and the model are both emptied and the batch is replayed, at
+# most $MAX_ATTEMPTS times, after which the test fails.
+#
+# A batch fails at the first answer that differs (reported with the
+# operations before it and the model's rows for the key), if psql prints
+# anything on stderr (a WARNING that the store was unavailable, say), or if
+# the number of rows in platformkit_limits differs from the model's
+# (count/forget creating rows, two keys sharing a row).
+package PklimitModel;
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Exporter 'import';
+
+our @EXPORT = qw(USEC INT64_MAX $DEFAULT_MAX $DEFAULT_WINDOW %coverage
+  conformance_node run_batch window_of q_lit show server_clock
+  operations_compared replays);
+
+use constant USEC => 1_000_000;
+use constant INT64_MAX => 9223372036854775807;
+
+# What pklimit.default_max and pklimit.default_window are at the start.
+our $DEFAULT_MAX = 10;
+our $DEFAULT_WINDOW = 900 * USEC;
+
+my $MAX_ATTEMPTS = 10;
+my $SEED = '';    # for the failure report: how to replay
+my $node;
+
+sub q_lit
+{
+	my ($s) = @_;
+	$s =~ s/'/''/g;
+	return "'$s'";
+}
+
+# Printable form of a byte string for diagnostics.
+sub show
+{
+	my ($s) = @_;
+	return 'undef' unless defined $s;
+	my $out = $s;
+	$out =~ s/([^\x20-\x7e])/sprintf('\\x%02x', ord($1))/ge;
+	$out = substr($out, 0, 24) . '...(' . length($s) . ' bytes)'
+	  if length($out) > 40;
+	return "'$out'";
+}
+
+
+# ---------------------------------------------------------------------------
+# SQL of each operation.
+# ---------------------------------------------------------------------------
+
+sub op_sql
+{
+	my ($o) = @_;
+	my $op = $o->{op};
+	my $k = defined $o->{key} ? q_lit($o->{key}) : undef;
+	return "SET platformkit.tenant = " . q_lit($o->{tenant}) . ";"
+	  if $op eq 'set';
+	return "SELECT pg_catalog.set_config('platformkit.tenant', "
+	  . q_lit($o->{tenant}) . ", false);"
+	  if $op eq 'set_config';
+	return "RESET platformkit.tenant;" if $op eq 'reset';
+	return "SET pklimit.default_max = $o->{value};" if $op eq 'set_max';
+	return "SET pklimit.default_window = " . q_lit($o->{value}) . ";"
+	  if $op eq 'set_window';
+	return "BEGIN; SET LOCAL platformkit.tenant = " . q_lit($o->{tenant}) . ";"
+	  if $op eq 'begin';
+	return "COMMIT;" if $op eq 'commit';
+	return "ROLLBACK;" if $op eq 'rollback';
+	return "SELECT pklimit_purge(" . q_lit($o->{rs}) . ");" if $op eq 'purge';
+	return "SELECT pklimit_allow($k, $o->{max}, " . q_lit($o->{ws}) . ");"
+	  if $op eq 'allow';
+	return "SELECT pklimit_allow($k);" if $op eq 'allow1';
+	return
+	    "SELECT allowed, count, remaining,"
+	  . " (extract(epoch FROM reset_at) * 1000000)::bigint,"
+	  . " (extract(epoch FROM retry_after) * 1000000)::bigint, status"
+	  . " FROM pklimit_check($k, $o->{max}, "
+	  . q_lit($o->{ws}) . ");"
+	  if $op eq 'check';
+	return "SELECT pklimit_count($k);" if $op eq 'count';
+	return "SELECT pklimit_forget($k);" if $op eq 'forget';
+	die "unknown op $op";
+}
+
+# The operation in short, for the failure report.
+sub op_desc
+{
+	my ($o) = @_;
+	my $op = $o->{op};
+	return "pklimit_allow(" . show($o->{key}) . ", $o->{max}, '$o->{ws}')"
+	  if $op eq 'allow';
+	return "pklimit_check(" . show($o->{key}) . ", $o->{max}, '$o->{ws}')"
+	  if $op eq 'check';
+	return "pklimit_$op(" . show($o->{key}) . ")"
+	  if $op eq 'count' || $op eq 'forget';
+	return "pklimit_allow(" . show($o->{key}) . ")" if $op eq 'allow1';
+	return "set_config('platformkit.tenant', " . show($o->{tenant}) . ")"
+	  if $op eq 'set_config';
+	return "SET platformkit.tenant = " . show($o->{tenant}) if $op eq 'set';
+	return "BEGIN; SET LOCAL platformkit.tenant = " . show($o->{tenant})
+	  if $op eq 'begin';
+	return op_sql($o);
+}
+
+# ---------------------------------------------------------------------------
+# The reference model.  State: "tenant\0key" -> {ws, we, count} (tenant ''
+# is the global namespace), plus per-session settings.  $t is the server
+# time (microseconds since the epoch) of the batch; the caller guarantees no
+# window boundary of any length in use lies between that time and the
+# events, so every event of the batch is in the window containing $t.
+# ---------------------------------------------------------------------------
+
+our %coverage;
+my %model;    # the model's table
+
+sub window_of
+{
+	my ($t, $w) = @_;
+	use integer;
+	my $ws = ($t / $w) * $w;    # $t > 0: truncation is floor
+	return ($ws, $ws + $w);
+}
+
+
+sub model_hit
+{
+	my ($rows, $id, $t, $w) = @_;
+	my ($ws, $we) = window_of($t, $w);
+	my $row = $rows->{$id};
+	if ($row && $row->{ws} == $ws && $row->{we} == $we)
+	{
+		$row->{count}++ if $row->{count} < INT64_MAX;    # saturates
+		$coverage{increment}++;
+	}
+	else
+	{
+		if ($row)
+		{
+			if ($row->{ws} == $ws) { $coverage{restart_same_start}++; }
+			elsif ($row->{we} <= $t) { $coverage{restart_closed}++; }
+			else { $coverage{restart_other_window}++; }
+		}
+		$row = $rows->{$id} = { ws => $ws, we => $we, count => 1 };
+	}
+	return $row;
+}
+
+# Apply the batch's operations to the model; returns the expected output
+# lines, each as [expected string, op index, matcher].
+sub model_run
+{
+	my ($rows, $ops, $t, $conn_tenant) = @_;
+	my %s = (
+		tenant => $conn_tenant // '',
+		local_tenant => undef,
+		max => $DEFAULT_MAX,
+		window => $DEFAULT_WINDOW,
+		in_txn => 0);
+	my @expect;
+	for my $i (0 .. $#$ops)
+	{
+		my $o = $ops->[$i];
+		my $op = $o->{op};
+		my $tenant = $s{local_tenant} // $s{tenant};
+		my $id = defined $o->{key} ? "$tenant\0$o->{key}" : undef;
+		$o->{_tenant} = $tenant;    # for the failure report
+
+		if ($op eq 'set') { $s{tenant} = $o->{tenant}; next; }
+		if ($op eq 'set_config')
+		{
+			$s{tenant} = $o->{tenant};
+			push @expect, [ $o->{tenant}, $i ];
+			next;
+		}
+		if ($op eq 'reset') { $s{tenant} = $conn_tenant // ''; next; }
+		if ($op eq 'set_max') { $s{max} = $o->{value}; next; }
+		if ($op eq 'set_window') { $s{window} = $o->{w}; next; }
+		if ($op eq 'begin') { $s{local_tenant} = $o->{tenant}; next; }
+		if ($op eq 'commit' || $op eq 'rollback')
+		{
+			$s{local_tenant} = undef;
+			next;
+		}
+		if ($op eq 'allow' || $op eq 'allow1')
+		{
+			my ($max, $w) =
+			  $op eq 'allow' ? ($o->{max}, $o->{w}) : ($s{max}, $s{window});
+			my $row = model_hit($rows, $id, $t, $w);
+			push @expect, [ $row->{count} <= $max ? 't' : 'f', $i ];
+			$coverage{refused}++ if $row->{count} > $max;
+			next;
+		}
+		if ($op eq 'check')
+		{
+			my $row = model_hit($rows, $id, $t, $o->{w});
+			my $allowed = $row->{count} <= $o->{max};
+			my $remaining = $allowed ? $o->{max} - $row->{count} : 0;
+			push @expect,
+			  [
+				join('|',
+					$allowed ? 't' : 'f', $row->{count}, $remaining,
+					$row->{we}, $allowed ? 0 : '<retry_after>', 'ok'),
+				$i,
+				{ retry_for_we => $allowed ? undef : $row->{we} }
+			  ];
+			next;
+		}
+		if ($op eq 'count')
+		{
+			my $row = $rows->{$id};
+			my $c = 0;
+			if ($row)
+			{
+				if ($row->{we} > $t) { $c = $row->{count}; }
+				else { $coverage{count_closed}++; }
+			}
+			push @expect, [ $c, $i ];
+			next;
+		}
+		if ($op eq 'forget')
+		{
+			my $existed = exists $rows->{$id};
+			delete $rows->{$id};
+			$coverage{forget_existing}++ if $existed;
+			push @expect, [ $existed ? 't' : 'f', $i ];
+			next;
+		}
+		if ($op eq 'purge')
+		{
+			my $n = 0;
+			for my $k (keys %$rows)
+			{
+				if ($rows->{$k}{we} + $o->{r} < $t)
+				{
+					delete $rows->{$k};
+					$n++;
+				}
+			}
+			$coverage{purged} += $n;
+			push @expect, [ $n, $i ];
+			next;
+		}
+		die "unknown op $op";
+	}
+	return @expect;
+}
+
+# Is there a window boundary (or a purge cutoff boundary) in [$t0, $t1] for
+# a window length that matters to this batch (one its operations use or one
+# a row of the model has)?  Then the batch's events may have landed in
+# different windows and the model cannot say which.
+sub boundary_crossed
+{
+	my ($t0, $t1, $ops) = @_;
+	my %lengths = ($DEFAULT_WINDOW => 1);
+	my %retentions = (0 => 1);
+	$lengths{ $_->{we} - $_->{ws} } = 1 for values %model;
+	for my $o (@$ops)
+	{
+		$lengths{ $o->{w} } = 1 if defined $o->{w};
+		$retentions{ $o->{r} } = 1 if defined $o->{r};
+	}
+	use integer;
+	for my $w (sort { $a <=> $b } keys %lengths)
+	{
+		for my $r (keys %retentions)
+		{
+			# boundaries are at k*w + r; is one in [t0, t1]?
+			return $w if ($t0 - $r - 1) / $w != ($t1 - $r) / $w;
+		}
+	}
+	return 0;
+}
+
+# ---------------------------------------------------------------------------
+# The server.
+# ---------------------------------------------------------------------------
+
+# A started node with pklimit preloaded and created, in UTF8 with the C
+# locale; $seed is what the failure report says to replay with.
+sub conformance_node
+{
+	(my $name, $SEED) = @_;
+	$node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(extra => [ '--encoding=UTF8', '--locale=C' ]);
+	$node->append_conf('postgresql.conf',
+		"shared_preload_libraries = 'pklimit'\nlog_statement = none\n");
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION pklimit');
+	return $node;
+}
+
+my $CLOCK =
+  "SELECT (extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::bigint;\n";
+my $ROWS = "SELECT count(*) FROM platformkit_limits;\n";    # as superuser
+
+my $total_ops = 0;
+my $wipes = 0;
+
+# The server clock, in microseconds since the epoch.
+sub server_clock
+{
+	return $node->safe_psql('postgres', $CLOCK);
+}
+
+sub operations_compared { return $total_ops; }
+sub replays { return $wipes; }
+
+# Run one batch of operations in one psql session, compare every line.
+# Returns the raw output lines of the operations (after the clock line) on
+# success, undef after reporting a failure.
+sub run_batch
+{
+	my ($name, $ops, %opt) = @_;
+	my $conn_tenant = $opt{conn_tenant};
+	my $connstr = $node->connstr('postgres');
+	$connstr .= " options='-c platformkit.tenant=$conn_tenant'"
+	  if defined $conn_tenant;
+	my $script = $CLOCK . join('', map { op_sql($_) . "\n" } @$ops)
+	  . $ROWS . $CLOCK;
+
+	for my $attempt (1 .. $MAX_ATTEMPTS)
+	{
+		my ($stdout, $stderr);
+		my $ret = $node->psql(
+			'postgres', $script,
+			connstr => $connstr,
+			stdout => \$stdout,
+			stderr => \$stderr);
+		# Any WARNING (the store "unavailable", say) fails the batch too: the
+		# model expects every call to reach the store.
+		if ($ret != 0 || $stderr ne '')
+		{
+			fail("$name: psql ran cleanly");
+			diag("psql exit $ret; $SEED; stderr:\n$stderr");
+			return undef;
+		}
+		my @got = split /\n/, $stdout, -1;
+		my $t0 = shift @got;
+		my $t1 = pop @got;
+		my $nrows = pop @got;
+		if (!defined $t1 || $t0 !~ /^\d+$/ || $t1 !~ /^\d+$/)
+		{
+			fail("$name: could not read the server clock");
+			diag("output:\n$stdout");
+			return undef;
+		}
+		if (my $w = boundary_crossed($t0, $t1, $ops))
+		{
+			# Not predictable: empty both sides and replay.
+			note("$name: a boundary of the ${w}us window passed during the "
+				  . "batch ($t0..$t1), emptying table and model, replaying");
+			$node->safe_psql('postgres', 'DELETE FROM platformkit_limits');
+			%model = ();
+			$wipes++;
+			next;
+		}
+
+		my %before = map { $_ => {%{ $model{$_} }} } keys %model;
+		my @expect = model_run(\%model, $ops, $t0, $conn_tenant);
+		my $mismatch = compare(\@expect, \@got, $t0, $t1);
+		if (!defined $mismatch && $nrows ne scalar(keys %model))
+		{
+			$mismatch = "platformkit_limits has $nrows rows, the model "
+			  . scalar(keys %model)
+			  . " (count/forget created rows, or two keys share a row)";
+		}
+		if (defined $mismatch)
+		{
+			fail("$name: answers agree with the model");
+			report($name, $ops, \@expect, \@got, $mismatch, $t0, $t1,
+				\%before, $conn_tenant);
+			return undef;
+		}
+		pass("$name: " . scalar(@$ops) . " operations agree with the model");
+		$total_ops += @$ops;
+		return \@got;
+	}
+	fail("$name: a window boundary passed in each of $MAX_ATTEMPTS attempts");
+	return undef;
+}
+
+# Returns undef if all lines match, else a description of the first mismatch
+# (and sets $_->[3] = 1 on the offending expectation).
+sub compare
+{
+	my ($expect, $got, $t0, $t1) = @_;
+	for my $n (0 .. $#$expect)
+	{
+		my ($exp, $i, $m) = @{ $expect->[$n] };
+		my $g = $got->[$n];
+		if (!defined $g)
+		{
+			$expect->[$n][3] = 1;
+			return "output line " . ($n + 1) . " missing";
+		}
+		my $ok;
+		if ($m && exists $m->{retry_for_we})
+		{
+			# pklimit_check: all fields exact except retry_after, which must
+			# be reset_at minus the event's time, an instant in [t0, t1].
+			my @e = split /\|/, $exp, -1;
+			my @f = split /\|/, $g, -1;
+			$ok = @f == @e;
+			for my $c (0 .. $#e)
+			{
+				last unless $ok;
+				if ($e[$c] eq '<retry_after>')
+				{
+					my $we = $m->{retry_for_we};
+					$ok = $f[$c] =~ /^\d+$/
+					  && $f[$c] >= $we - $t1
+					  && $f[$c] <= $we - $t0;
+				}
+				else
+				{
+					$ok = $f[$c] eq $e[$c];
+				}
+			}
+		}
+		else
+		{
+			$ok = $g eq $exp;
+		}
+		if (!$ok)
+		{
+			$expect->[$n][3] = 1;
+			return "operation " . ($i + 1) . ": expected "
+			  . show($exp) . ", got " . show($g);
+		}
+	}
+	return "output has " . scalar(@$got) . " lines, expected "
+	  . scalar(@$expect)
+	  if @$got != @$expect;
+	return undef;
+}
+
+sub report
+{
+	my ($name, $ops, $expect, $got, $mismatch, $t0, $t1, $before, $conn_tenant) = @_;
+	my @lines = ("$name: first difference: $mismatch",
+		"$SEED, server clock $t0..$t1 us,"
+		  . " connection tenant " . show($conn_tenant));
+	my ($bad) = grep { $expect->[$_][3] } 0 .. $#$expect;
+	my %line_of = map { $expect->[$_][1] => $_ } 0 .. $#$expect;
+	my $bad_op = defined $bad ? $expect->[$bad][1] : $#$ops;
+	my $from = $bad_op - 12 < 0 ? 0 : $bad_op - 12;
+	push @lines, "operations " . ($from + 1) . ".." . ($bad_op + 1) . " of the batch:";
+	for my $i ($from .. $bad_op)
+	{
+		my $sql = op_desc($ops->[$i]);
+		my $l = $line_of{$i};
+		my $res = defined $l
+		  ? "  => got " . show($got->[$l]) . ", model " . show($expect->[$l][0])
+		  : '';
+		push @lines, sprintf("  %4d %s%s", $i + 1, $sql, $res);
+	}
+	my $o = $ops->[$bad_op];
+	if (defined $o->{key})
+	{
+		# Replay the model up to just before the failing operation.
+		my %rows = map { $_ => {%{ $before->{$_} }} } keys %$before;
+		model_run(\%rows, [ @{$ops}[ 0 .. $bad_op - 1 ] ], $t0, $conn_tenant)
+		  if $bad_op > 0;
+		push @lines, "tenant in effect: " . show($o->{_tenant});
+		push @lines, "model rows for key " . show($o->{key})
+		  . " just before operation " . ($bad_op + 1)
+		  . " (tenant, window start, window end, count; times in us):";
+		for my $id (sort keys %rows)
+		{
+			my ($t, $k) = split /\0/, $id, 2;
+			next unless $k eq $o->{key};
+			my $r = $rows{$id};
+			push @lines, "  " . show($t) . " $r->{ws} $r->{we} $r->{count}";
+		}
+	}
+	diag(join("\n", @lines));
+	return;
+}
+
+1;
