@@ -5,7 +5,45 @@
 
 -- Every object is created with @extschema@ in its name and never with
 -- CREATE OR REPLACE: an object of the same name planted beforehand makes
--- CREATE EXTENSION fail instead of being adopted.
+-- CREATE EXTENSION fail instead of being adopted.  So does any function,
+-- table, view or type of one of pklimit's names in the schema, whatever its
+-- arguments: an overload such as pklimit_allow(text, integer, interval)
+-- would be a better match for a call than pklimit's own.
+DO $check$
+DECLARE
+	planted text;
+BEGIN
+	WITH pklimit_names(names) AS (
+		SELECT ARRAY['platformkit_is_system', 'platformkit_limits', 'pklimit_allow',
+				'pklimit_check', 'pklimit_count', 'pklimit_forget', 'pklimit_purge',
+				'pklimit_purge_status', 'pklimit_schedule_purge']::pg_catalog.name[])
+	SELECT pg_catalog.string_agg(o.kind OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) o.name,
+			', ' ORDER BY o.name, o.kind)
+	  INTO planted
+	  FROM (SELECT 'function' AS kind, p.oid::pg_catalog.regprocedure::pg_catalog.text AS name
+			  FROM pg_catalog.pg_proc p, pklimit_names n
+			 WHERE p.pronamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
+			   AND p.proname OPERATOR(pg_catalog.=) ANY (n.names)
+			UNION ALL
+			SELECT 'relation', c.relname::pg_catalog.text
+			  FROM pg_catalog.pg_class c, pklimit_names n
+			 WHERE c.relnamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
+			   AND c.relname OPERATOR(pg_catalog.=) ANY (n.names)
+			UNION ALL
+			SELECT 'type', t.typname::pg_catalog.text
+			  FROM pg_catalog.pg_type t, pklimit_names n
+			 WHERE t.typnamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
+			   AND t.typname OPERATOR(pg_catalog.=) ANY (n.names)
+			   AND t.typrelid OPERATOR(pg_catalog.=) 0) o;
+	IF planted IS NOT NULL THEN
+		RAISE EXCEPTION USING ERRCODE = 'duplicate_object',
+			MESSAGE = pg_catalog.format('schema %s already has objects with pklimit''s names: %s',
+				'@extschema@', planted),
+			DETAIL = 'An object of one of pklimit''s names in its schema could take the place of pklimit''s own in a call.',
+			HINT = 'Rename or drop them, or install pklimit in a schema of its own (CREATE EXTENSION pklimit SCHEMA pklimit).';
+	END IF;
+END
+$check$;
 
 CREATE FUNCTION @extschema@.platformkit_is_system()
 RETURNS pg_catalog.bool

@@ -166,7 +166,7 @@ echo "memory"
 line "backend private memory after 2 s and at the end (kB)" "$mem0 -> $mem1"
 line "calls in that session" "$calls"
 line "worker private memory (kB)" "$(private_kb "$wpid")"
-line "shared memory pklimit takes (bytes)" "$(q -c "SELECT size FROM pg_shmem_allocations WHERE name = 'pklimit'")"
+line "shared memory pklimit takes (bytes)" "$(q -c "SELECT sum(allocated_size) FROM pg_shmem_allocations WHERE name LIKE 'pklimit%'")"
 
 if [ "$REDIS" != 0 ] && command -v redis-server >/dev/null; then
 	as_user redis-server --port 0 --unixsocket "$B/redis.sock" --save '' --appendonly no --daemonize yes \

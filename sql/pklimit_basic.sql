@@ -44,6 +44,9 @@ SET pklimit.default_window = '3650d';
 SHOW pklimit.default_window;
 SELECT pklimit_allow('dflt'), pklimit_allow('dflt'), pklimit_allow('dflt');
 SELECT window_end - window_start AS window FROM platformkit_limits WHERE key = 'g:dflt';
+SET pklimit.default_window = '2 hours';
+SELECT pklimit_allow('dflt2h');
+SELECT window_end - window_start AS window FROM platformkit_limits WHERE key = 'g:dflt2h';
 RESET pklimit.default_max;
 RESET pklimit.default_window;
 SELECT pklimit_allow('dflt15');
@@ -69,10 +72,25 @@ SELECT pklimit_allow('days', 1, '2 days');
 SELECT window_end - window_start = interval '48 hours' AS exactly_48h
   FROM platformkit_limits WHERE key = 'g:days';
 
--- the same key under another window length starts a new count
-SELECT pklimit_allow('rewindow', 5, '36500 days'), pklimit_allow('rewindow', 5, '36500 days');
-SELECT pklimit_allow('rewindow', 5, '36499 days');
-SELECT pklimit_count('rewindow');
+-- a key has one window at a time: a call with another window length counts
+-- in the key's open window, which keeps its length, so two lengths cannot
+-- reset each other's count (six calls, max 1, alternating 1 and 2 hours)
+SELECT i, pklimit_allow('rewindow', 1, CASE WHEN i % 2 = 1 THEN '1 hour' ELSE '2 hours' END::interval)
+  FROM generate_series(1, 6) i;
+SELECT count, window_end - window_start AS window FROM platformkit_limits WHERE key = 'g:rewindow';
+SELECT pklimit_allow('rewindow-long', 5, '36500 days'), pklimit_allow('rewindow-long', 5, '36499 days'),
+       pklimit_count('rewindow-long');
+-- the new length takes effect once the open window has closed (a row whose
+-- window of 4 seconds closes in 2)
+INSERT INTO platformkit_limits
+SELECT 'g:rewindow-short', t - interval '2 seconds', t + interval '2 seconds', 1, t
+  FROM (SELECT clock_timestamp() AS t) c;
+SELECT allowed, count FROM pklimit_check('rewindow-short', 5, '1 hour');
+SELECT count, window_end - window_start AS window FROM platformkit_limits WHERE key = 'g:rewindow-short';
+SELECT pg_sleep(extract(epoch FROM window_end - clock_timestamp()) + 0.01) AS wait_for_window_end
+  FROM platformkit_limits WHERE key = 'g:rewindow-short';
+SELECT allowed, count FROM pklimit_check('rewindow-short', 5, '1 hour');
+SELECT window_end - window_start AS window FROM platformkit_limits WHERE key = 'g:rewindow-short';
 
 -- the clock is the server's at the moment of the event, not now(): within
 -- one transaction, a 1-second window closes and the next call starts anew

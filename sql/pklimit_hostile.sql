@@ -106,6 +106,17 @@ CREATE VIEW public.pklimit_purge_status AS SELECT 1 AS x;
 RESET ROLE;
 CREATE EXTENSION pklimit;
 DROP VIEW public.pklimit_purge_status;
+-- overloads with other arguments too: pklimit_allow('login:bob', 0,
+-- '15 minutes') would call the planted one (an exact integer match)
+SET ROLE regress_pklimit_shadow;
+CREATE FUNCTION public.pklimit_allow(text, integer, interval) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION public.pklimit_check(text, integer, interval) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE TYPE public.pklimit_count AS (x int);
+RESET ROLE;
+CREATE EXTENSION pklimit;
+DROP FUNCTION public.pklimit_allow(text, integer, interval);
+DROP FUNCTION public.pklimit_check(text, integer, interval);
+DROP TYPE public.pklimit_count;
 \set SHOW_CONTEXT errors
 -- nothing planted: it installs, and owns what it created (its warning
 -- about pg_cron depends on the server's set-up)
@@ -117,25 +128,23 @@ SELECT count(*) AS objects_owned_by_others
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pklimit')
    AND p.proowner <> (SELECT extowner FROM pg_extension WHERE extname = 'pklimit');
 
--- privileges that get around row level security cannot be granted
-GRANT TRUNCATE ON platformkit_limits TO regress_pklimit_shadow;
-GRANT REFERENCES ON platformkit_limits TO regress_pklimit_shadow;
-GRANT TRIGGER ON platformkit_limits TO regress_pklimit_shadow;
-GRANT ALL ON platformkit_limits TO regress_pklimit_shadow;
-GRANT ALL ON ALL TABLES IN SCHEMA public TO regress_pklimit_shadow;
-GRANT SELECT, INSERT, UPDATE, DELETE ON platformkit_limits TO regress_pklimit_shadow;
-SELECT grantee, string_agg(privilege_type, ', ' ORDER BY privilege_type)
-  FROM information_schema.role_table_grants
- WHERE table_name = 'platformkit_limits' AND grantee = 'regress_pklimit_shadow'
- GROUP BY grantee;
-REVOKE ALL ON platformkit_limits FROM regress_pklimit_shadow;
-
--- nor on a single column
-GRANT REFERENCES (key) ON platformkit_limits TO regress_pklimit_shadow;
--- and a GRANT on another table is not held up by pklimit's
-CREATE TABLE pg_temp.other_table (x int);
-GRANT REFERENCES ON pg_temp.other_table TO regress_pklimit_shadow;
-DROP TABLE pg_temp.other_table;
+-- once installed, nobody plants an object of pklimit's names in its schema,
+-- whatever its arguments: not by creating it, renaming or moving it there
+CREATE SCHEMA regress_elsewhere AUTHORIZATION regress_pklimit_shadow;
+SET ROLE regress_pklimit_shadow;
+CREATE FUNCTION public.pklimit_allow(text, integer, interval) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION public.pklimit_check(key text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE VIEW public.pklimit_forget AS SELECT 1 AS x;
+CREATE FUNCTION public.innocent(text, integer, interval) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+ALTER FUNCTION public.innocent(text, integer, interval) RENAME TO pklimit_allow;
+CREATE FUNCTION regress_elsewhere.pklimit_count(text, integer) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint';
+ALTER FUNCTION regress_elsewhere.pklimit_count(text, integer) SET SCHEMA public;
+DROP SCHEMA regress_elsewhere CASCADE;
+DROP FUNCTION public.innocent(text, integer, interval);
+RESET ROLE;
+-- so the README's call reaches pklimit's own function
+SELECT pklimit_allow('login:bob', 0, '15 minutes') AS refused;
+SELECT pklimit_forget('login:bob');
 
 -- default privileges do not survive into pklimit's table, view or functions
 ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON TABLES TO regress_pklimit_shadow;

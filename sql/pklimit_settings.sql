@@ -24,10 +24,26 @@ SELECT s, pg_temp.sqlstate_of(s) FROM (VALUES
   ($$SET pklimit.no_such_setting = 1$$)
 ) AS t(s);
 
--- as a user sees them, with the hint
+-- pklimit.default_window takes what the window argument takes
+SELECT s, pg_temp.sqlstate_of(s) FROM (VALUES
+  ($$SET pklimit.default_window = '1 month'$$),
+  ($$SET pklimit.default_window = '1 day -24 hours'$$),
+  ($$SET pklimit.default_window = '3650001 days'$$),
+  ($$SET pklimit.default_window = '1 hour'$$),
+  ($$SET pklimit.default_window = '00:00:00.5'$$),
+  ($$SET pklimit.default_window = '3650000 days'$$),
+  ($$SET pklimit.default_window = '90'$$)
+) AS t(s);
+SHOW pklimit.default_window;
+RESET pklimit.default_window;
+
+-- as a user sees them, with the detail and the hint
 SET pklimit.on_unavailable = 'maybe';
 SET pklimit.timeout = 0;
 SET pklimit.default_window = '0';
+SET pklimit.default_window = '1 month';
+SET pklimit.default_window = '1 fortnight';
+SET pklimit.default_window = '3650001 days';
 
 -- nothing was changed by them
 SHOW pklimit.default_max;

@@ -19,6 +19,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
@@ -27,7 +28,69 @@
 
 /* Longest window accepted: far beyond any rate limit, far inside timestamptz. */
 #define MAX_WINDOW_DAYS 3650000
+#define MAX_WINDOW_YEARS 10000
 #define MAX_WINDOW_USEC ((int64) MAX_WINDOW_DAYS * USECS_PER_DAY)
+
+/* What is wrong with a window, as its argument's error says it. */
+typedef struct WindowProblem
+{
+	const char *message;
+	const char *detail;
+	const char *hint;
+} WindowProblem;
+
+static const WindowProblem window_problems[] = {
+	[PKLIMIT_WINDOW_INFINITE] = {
+		"window must be finite", NULL,
+		"Give the window in days, hours, minutes or seconds, for example '15 minutes'."
+	},
+	[PKLIMIT_WINDOW_MONTHS] = {
+		"window must not contain months or years",
+		"Months and years have no fixed length.",
+		"Give the window in days, hours, minutes or seconds, for example '30 days'."
+	},
+	[PKLIMIT_WINDOW_TOO_LONG] = {
+		"window is too long", NULL,
+		"The longest window is " CppAsString2(MAX_WINDOW_YEARS) " years ("
+		CppAsString2(MAX_WINDOW_DAYS) " days)."
+	},
+	[PKLIMIT_WINDOW_NOT_POSITIVE] = {
+		"window must be positive", NULL,
+		"Give a window longer than zero, for example '15 minutes'."
+	},
+};
+
+/*
+ * A window's length in microseconds (days count as 24 hours), or what is
+ * wrong with it: the rules of the window argument and of
+ * pklimit.default_window.
+ */
+PklimitWindowCheck
+pklimit_window_usec(const Interval *window, int64 *usec)
+{
+	if (!pklimit_interval_is_finite(window))
+		return PKLIMIT_WINDOW_INFINITE;
+	if (window->month != 0)
+		return PKLIMIT_WINDOW_MONTHS;
+	if (pg_mul_s64_overflow((int64) window->day, USECS_PER_DAY, usec) ||
+		pg_add_s64_overflow(*usec, window->time, usec))
+		*usec = (window->day < 0) ? -1 : MAX_WINDOW_USEC + 1;
+	if (*usec > MAX_WINDOW_USEC)
+		return PKLIMIT_WINDOW_TOO_LONG;
+	if (*usec <= 0)
+		return PKLIMIT_WINDOW_NOT_POSITIVE;
+	return PKLIMIT_WINDOW_OK;
+}
+
+/* Explain a bad value of a window setting, in a GUC check hook. */
+void
+pklimit_window_guc_error(PklimitWindowCheck problem)
+{
+	const WindowProblem *p = &window_problems[problem];
+
+	GUC_check_errdetail("The %s.", p->message);
+	GUC_check_errhint("%s", p->hint);
+}
 
 static void
 check_not_null(FunctionCallInfo fcinfo, int argno, const char *what)
@@ -67,40 +130,25 @@ max_count_arg(FunctionCallInfo fcinfo)
 	return max_count;
 }
 
-/* The window's length in microseconds; days count as 24 hours. */
+/* The window's length in microseconds. */
 static int64
 window_arg(FunctionCallInfo fcinfo)
 {
-	Interval   *window;
 	int64		usec;
+	PklimitWindowCheck problem;
 
 	check_not_null(fcinfo, 2, "window");
-	window = PG_GETARG_INTERVAL_P(2);
-	if (!pklimit_interval_is_finite(window))
+	problem = pklimit_window_usec(PG_GETARG_INTERVAL_P(2), &usec);
+	if (problem != PKLIMIT_WINDOW_OK)
+	{
+		const WindowProblem *p = &window_problems[problem];
+
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("window must be finite"),
-				 errhint("Give the window in days, hours, minutes or seconds, for example '15 minutes'.")));
-	if (window->month != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("window must not contain months or years"),
-				 errdetail("Months and years have no fixed length."),
-				 errhint("Give the window in days, hours, minutes or seconds, for example '30 days'.")));
-	if (pg_mul_s64_overflow((int64) window->day, USECS_PER_DAY, &usec) ||
-		pg_add_s64_overflow(usec, window->time, &usec))
-		usec = (window->day < 0) ? -1 : MAX_WINDOW_USEC + 1;
-	if (usec > MAX_WINDOW_USEC)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("window is too long"),
-				 errhint("The longest window is %d years (%d days).",
-						 MAX_WINDOW_DAYS / 365, MAX_WINDOW_DAYS)));
-	if (usec <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("window must be positive"),
-				 errhint("Give a window longer than zero, for example '15 minutes'.")));
+				 errmsg("%s", p->message),
+				 p->detail ? errdetail("%s", p->detail) : 0,
+				 errhint("%s", p->hint)));
+	}
 	return usec;
 }
 
@@ -136,6 +184,10 @@ pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *request,
 	request->deadline = GetCurrentTimestamp() +
 		(TimestampTz) pklimit_timeout * 1000;
 	pklimit_submit(request, answer);
+	if (answer->status == PKLIMIT_OK && answer->unreplicated)
+		ereport(WARNING,
+				(errmsg("pklimit's commit of this call was not confirmed by the synchronous standby"),
+				 errdetail("The pklimit worker stopped waiting for the standby: the call is committed locally, but might not have been replicated.")));
 }
 
 /* One operation on one stored key. */
@@ -280,8 +332,7 @@ pklimit_allow_default(PG_FUNCTION_ARGS)
 	PklimitAnswer answer;
 
 	PG_RETURN_BOOL(hit(fcinfo, stored_key, pklimit_default_max,
-					   (int64) pklimit_default_window * USECS_PER_SEC,
-					   &answer));
+					   pklimit_default_window_usec, &answer));
 }
 
 PG_FUNCTION_INFO_V1(pklimit_allow);

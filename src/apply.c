@@ -8,7 +8,7 @@
  *		worker.c's.
  *
  * Entries are applied in arrival order in one transaction, one statement per
- * unit: consecutive hits on one key with one window fold into one row update
+ * unit: consecutive hits on one key fold into one row update
  * (the rules of each kind are in pklimit.h), and each caller gets exactly the
  * answer serial execution would give.  Every statement touches one key, so
  * the table stays distributable by key.
@@ -26,9 +26,14 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
+#include "replication/walsender_private.h"
+#include "storage/lwlock.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -73,12 +78,40 @@ pklimit_begin_transaction(const char *activity)
 		elog(ERROR, "SPI_connect failed");
 }
 
-void
+/*
+ * Has the commit that ended at commit_end reached the synchronous standbys?
+ * Only not if synchronous replication is configured and the wait for it was
+ * cut short (the worker is terminating, or its wait was cancelled): the
+ * commit is then local only.
+ */
+static bool
+commit_replicated(XLogRecPtr commit_end)
+{
+	bool		replicated;
+
+	if (!SyncRepRequested() || SyncRepStandbyNames == NULL ||
+		SyncRepStandbyNames[0] == '\0')
+		return true;
+	LWLockAcquire(SyncRepLock, LW_SHARED);
+	replicated = (WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH] >= commit_end);
+	LWLockRelease(SyncRepLock);
+	return replicated;
+}
+
+/*
+ * Commit one of the worker's transactions.  Returns false if it wrote and
+ * its commit is local only, not confirmed by the synchronous standbys
+ * (commit_replicated), as PostgreSQL warns a client in the same case.
+ */
+bool
 pklimit_commit_transaction(void)
 {
+	XLogRecPtr	before = XactLastCommitEnd;
+
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	return XactLastCommitEnd == before || commit_replicated(XactLastCommitEnd);
 }
 
 /* Roll back a transaction that raised no error. */
@@ -183,9 +216,10 @@ pklimit_set_lock_wait(int ms)
 
 /*
  * Group the n entries into units applied by one statement each:
- * consecutive entries of a folding kind on one key with one window fold, as
- * long as no other entry on that key comes between them and none is marked
- * unfold.  Each entry's unit is set; returns the number of units, which keep
+ * consecutive entries of a folding kind on one key fold, as long as no other
+ * entry on that key comes between them and none is marked unfold.  Their
+ * window lengths may differ: a key has one window at a time, so they all
+ * count in the window the first of them finds open or starts.  Each entry's unit is set; returns the number of units, which keep
  * the order of their first entry.
  */
 static int
@@ -205,8 +239,7 @@ fold(PklimitEntry **entries, int n, Unit *units)
 
 			if (!units[v].open || !pklimit_same_key(head, &e->request))
 				continue;
-			if (folds && head->kind == e->request.kind &&
-				head->window_usec == e->request.window_usec)
+			if (folds && head->kind == e->request.kind)
 				u = v;
 			else
 				units[v].open = false;	/* a later entry must not jump over e */
@@ -334,10 +367,11 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 				outcome = APPLY_UNFOLD;
 		}
 
-		if (outcome == APPLY_COMMITTED)
-			pklimit_commit_transaction();
-		else
+		if (outcome != APPLY_COMMITTED)
 			rollback_transaction();
+		else if (!pklimit_commit_transaction())
+			for (int j = 0; j < n; j++)
+				entries[j]->answer.unreplicated = true;
 	}
 	PG_CATCH();
 	{

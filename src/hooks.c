@@ -14,27 +14,50 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/xact.h"
+#include "catalog/dependency.h"
 #include "catalog/indexing.h"
+#include "catalog/namespace.h"
+#include "catalog/objectaccess.h"
 #include "catalog/pg_attribute.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_depend.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "compat.h"
 #include "pklimit.h"
 
+/*
+ * The privileges nobody but the owner may hold on pklimit's table: they let
+ * a role write it, lock it against pklimit's writes (LOCK TABLE in a strong
+ * mode takes UPDATE, DELETE, TRUNCATE or MAINTAIN), or get around its row
+ * level security.
+ */
+#define FORBIDDEN_PRIVILEGES \
+	(ACL_INSERT | ACL_UPDATE | ACL_DELETE | ACL_TRUNCATE | ACL_REFERENCES | \
+	 ACL_TRIGGER | PKLIMIT_ACL_MAINTAIN)
+#define FORBIDDEN_PRIVILEGE_NAMES \
+	"INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER" PKLIMIT_MAINTAIN_NAME
+
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
+static object_access_hook_type prev_object_access = NULL;
 
 /* Does this statement drop the installed pklimit extension? */
 static bool
@@ -74,11 +97,10 @@ unschedule_purge(void)
 	SPI_finish();
 }
 
-/* The OID of pklimit's table in the current database, or InvalidOid. */
+/* The schema of the installed pklimit extension, or InvalidOid. */
 static Oid
-pklimit_table(void)
+extension_schema(Oid extoid)
 {
-	Oid			extoid = get_extension_oid("pklimit", true);
 	Relation	rel;
 	SysScanDesc scan;
 	ScanKeyData key;
@@ -96,54 +118,56 @@ pklimit_table(void)
 		nspid = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
+	return nspid;
+}
+
+/* The OID of pklimit's table in the current database, or InvalidOid. */
+static Oid
+pklimit_table(void)
+{
+	Oid			nspid = extension_schema(get_extension_oid("pklimit", true));
+
 	return OidIsValid(nspid) ? get_relname_relid("platformkit_limits", nspid) :
 		InvalidOid;
 }
 
-/* Does this ACL give TRUNCATE, REFERENCES or TRIGGER to anyone but owner? */
-static bool
-acl_gives_forbidden(Datum aclDatum, Oid owner)
+/*
+ * The roles other than the owner that hold one of FORBIDDEN_PRIVILEGES on
+ * the table or one of its columns, added to *grantees (ACL_ID_PUBLIC for
+ * PUBLIC).
+ */
+static void
+add_forbidden_grantees(Datum aclDatum, Oid owner, List **grantees)
 {
 	Acl		   *acl = DatumGetAclP(aclDatum);
 	AclItem    *items = ACL_DAT(acl);
 
 	for (int i = 0; i < ACL_NUM(acl); i++)
 		if (items[i].ai_grantee != owner &&
-			(ACLITEM_GET_PRIVS(items[i]) &
-			 (ACL_TRUNCATE | ACL_REFERENCES | ACL_TRIGGER)))
-			return true;
-	return false;
+			(ACLITEM_GET_PRIVS(items[i]) & FORBIDDEN_PRIVILEGES))
+			*grantees = list_append_unique_oid(*grantees, items[i].ai_grantee);
 }
 
-/*
- * Does anyone but the owner hold TRUNCATE, REFERENCES or TRIGGER on
- * pklimit's table, on the table or on one of its columns?  These get around
- * its row level security: TRUNCATE empties it, a foreign key probes it, a
- * trigger runs inside pklimit's statements.
- */
-static bool
-table_has_forbidden_grants(void)
+static List *
+forbidden_grantees(Oid relid, Oid *owner)
 {
-	Oid			relid = pklimit_table();
+	List	   *grantees = NIL;
 	HeapTuple	tuple;
 	Datum		aclDatum;
 	bool		isnull;
-	Oid			owner;
 	int			natts;
-	bool		found = false;
 
-	if (!OidIsValid(relid))
-		return false;
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tuple))
-		return false;
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+		return NIL;
+	*owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	natts = ((Form_pg_class) GETSTRUCT(tuple))->relnatts;
 	aclDatum = SysCacheGetAttr(RELOID, tuple, Anum_pg_class_relacl, &isnull);
-	found = !isnull && acl_gives_forbidden(aclDatum, owner);
+	if (!isnull)
+		add_forbidden_grantees(aclDatum, *owner, &grantees);
 	ReleaseSysCache(tuple);
 
-	for (AttrNumber att = 1; att <= natts && !found; att++)
+	for (AttrNumber att = 1; att <= natts; att++)
 	{
 		tuple = SearchSysCache2(ATTNUM, ObjectIdGetDatum(relid),
 								Int16GetDatum(att));
@@ -151,10 +175,120 @@ table_has_forbidden_grants(void)
 			continue;
 		aclDatum = SysCacheGetAttr(ATTNUM, tuple, Anum_pg_attribute_attacl,
 								   &isnull);
-		found = !isnull && acl_gives_forbidden(aclDatum, owner);
+		if (!isnull)
+			add_forbidden_grantees(aclDatum, *owner, &grantees);
 		ReleaseSysCache(tuple);
 	}
-	return found;
+	return grantees;
+}
+
+/*
+ * Revoke FORBIDDEN_PRIVILEGES on the table (and so on its columns) from the
+ * grantees, as the table's owner, the grantor of every privilege on it.
+ */
+static void
+revoke_forbidden(Oid relid, Oid owner, List *grantees)
+{
+	StringInfoData sql;
+	ListCell   *lc;
+	Oid			save_userid;
+	int			save_sec_context;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "REVOKE %s ON TABLE %s FROM ",
+					 FORBIDDEN_PRIVILEGE_NAMES,
+					 quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+												get_rel_name(relid)));
+	foreach(lc, grantees)
+	{
+		Oid			grantee = lfirst_oid(lc);
+
+		appendStringInfo(&sql, "%s%s", foreach_current_index(lc) > 0 ? ", " : "",
+						 grantee == ACL_ID_PUBLIC ? "PUBLIC" :
+						 quote_identifier(GetUserNameFromId(grantee, false)));
+	}
+	appendStringInfoString(&sql, " CASCADE");
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute(sql.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not revoke privileges on pklimit's table");
+	SPI_finish();
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+}
+
+/*
+ * After a GRANT on tables: the privileges that let a role other than the
+ * owner write pklimit's table, lock it against pklimit's writes, or get
+ * around its row level security (TRUNCATE empties it, a foreign key probes
+ * it, a trigger runs inside pklimit's statements) are taken back, and the
+ * GRANT succeeds with a WARNING for every other table and privilege.
+ */
+static void
+guard_grant(void)
+{
+	Oid			relid = pklimit_table();
+	Oid			owner = InvalidOid;
+	List	   *grantees;
+
+	if (!OidIsValid(relid) ||
+		(grantees = forbidden_grantees(relid, &owner)) == NIL)
+		return;
+	revoke_forbidden(relid, owner, grantees);
+	CommandCounterIncrement();
+	if (forbidden_grantees(relid, &owner) != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("privileges on pklimit's table \"platformkit_limits\" cannot be granted"),
+				 errdetail("Only the table's owner may hold %s on it.",
+						   FORBIDDEN_PRIVILEGE_NAMES)));
+	ereport(WARNING,
+			(errcode(ERRCODE_WARNING_PRIVILEGE_NOT_GRANTED),
+			 errmsg("privileges on pklimit's table \"platformkit_limits\" were left out of the GRANT"),
+			 errdetail("Only the table's owner may hold %s on it: they would let another role write or lock the table, or get around its row level security.",
+					   FORBIDDEN_PRIVILEGE_NAMES),
+			 errhint("Applications reach the table through pklimit's functions; SELECT can be granted, and shows no row.")));
+}
+
+static Oid
+table_owner(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+/*
+ * LOCK TABLE on pklimit's table by anyone but its owner (or a superuser):
+ * a lock held in an open transaction would make every call fail open for as
+ * long as it is held.
+ */
+static void
+guard_lock(Node *parsetree)
+{
+	Oid			relid;
+	ListCell   *lc;
+
+	if (!IsA(parsetree, LockStmt) || !OidIsValid(relid = pklimit_table()))
+		return;
+	foreach(lc, ((LockStmt *) parsetree)->relations)
+	{
+		RangeVar   *rv = lfirst_node(RangeVar, lc);
+
+		if (RangeVarGetRelid(rv, NoLock, true) == relid &&
+			!has_privs_of_role(GetUserId(), table_owner(relid)))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("only the owner of pklimit's table \"platformkit_limits\" can lock it"),
+					 errdetail("A lock on the table would hold up every pklimit call for as long as it is held.")));
+	}
 }
 
 /* Is this a GRANT on tables or columns? */
@@ -207,6 +341,166 @@ release_database(Node *parsetree)
 }
 
 /*
+ * The name and schema of a catalog object just created or altered, or false
+ * for an object of another kind or a relation's row type.  The current command's change is not
+ * visible to the catalog snapshot yet, hence SnapshotSelf.
+ */
+static bool
+object_name(Oid classId, Oid objectId, char *name, Oid *nspid)
+{
+	Oid			indexId;
+	AttrNumber	oidcol;
+	AttrNumber	namecol;
+	AttrNumber	nspcol;
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tuple;
+	bool		found = false;
+
+	if (classId == ProcedureRelationId)
+	{
+		indexId = ProcedureOidIndexId;
+		oidcol = Anum_pg_proc_oid;
+		namecol = Anum_pg_proc_proname;
+		nspcol = Anum_pg_proc_pronamespace;
+	}
+	else if (classId == RelationRelationId)
+	{
+		indexId = ClassOidIndexId;
+		oidcol = Anum_pg_class_oid;
+		namecol = Anum_pg_class_relname;
+		nspcol = Anum_pg_class_relnamespace;
+	}
+	else if (classId == TypeRelationId)
+	{
+		indexId = TypeOidIndexId;
+		oidcol = Anum_pg_type_oid;
+		namecol = Anum_pg_type_typname;
+		nspcol = Anum_pg_type_typnamespace;
+	}
+	else
+		return false;
+
+	rel = table_open(classId, AccessShareLock);
+	ScanKeyInit(&key, oidcol, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(objectId));
+	scan = systable_beginscan(rel, indexId, true, SnapshotSelf, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		bool		isnull;
+
+		strlcpy(name, NameStr(*DatumGetName(heap_getattr(tuple, namecol,
+														 RelationGetDescr(rel),
+														 &isnull))),
+				NAMEDATALEN);
+		*nspid = DatumGetObjectId(heap_getattr(tuple, nspcol,
+											   RelationGetDescr(rel), &isnull));
+		/* a relation's row type is the relation's, checked with it */
+		found = (classId != TypeRelationId ||
+				 !OidIsValid(((Form_pg_type) GETSTRUCT(tuple))->typrelid));
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/* The name of one of pklimit's member objects, or NULL. */
+static char *
+member_name(Oid classid, Oid objid)
+{
+	if (classid == ProcedureRelationId)
+		return get_func_name(objid);
+	if (classid == RelationRelationId)
+		return get_rel_name(objid);
+	if (classid == TypeRelationId)
+	{
+		HeapTuple	tuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(objid));
+		Form_pg_type type;
+		char	   *name = NULL;
+
+		if (!HeapTupleIsValid(tuple))
+			return NULL;
+		type = (Form_pg_type) GETSTRUCT(tuple);
+		/* a relation's row type (a member from PostgreSQL 17) is its own */
+		if (!OidIsValid(type->typrelid))
+			name = pstrdup(NameStr(type->typname));
+		ReleaseSysCache(tuple);
+		return name;
+	}
+	return NULL;
+}
+
+/*
+ * Is name the name of one of pklimit's objects (its functions, table, view
+ * or types) other than the object (classId, objectId) itself?
+ */
+static bool
+is_pklimit_name(Oid extoid, const char *name, Oid classId, Oid objectId)
+{
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key[2];
+	HeapTuple	tuple;
+	bool		found = false;
+
+	rel = table_open(DependRelationId, AccessShareLock);
+	ScanKeyInit(&key[0], Anum_pg_depend_refclassid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(ExtensionRelationId));
+	ScanKeyInit(&key[1], Anum_pg_depend_refobjid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(extoid));
+	scan = systable_beginscan(rel, DependReferenceIndexId, true, NULL, 2, key);
+	while (!found && HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		Form_pg_depend dep = (Form_pg_depend) GETSTRUCT(tuple);
+		char	   *other;
+
+		if (dep->deptype != DEPENDENCY_EXTENSION ||
+			(dep->classid == classId && dep->objid == objectId))
+			continue;
+		other = member_name(dep->classid, dep->objid);
+		found = (other != NULL && strcmp(other, name) == 0);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
+ * A function, relation or type created in pklimit's schema, or renamed or
+ * moved there, may not take one of pklimit's names, whatever its arguments:
+ * an overload planted there (pklimit_allow(text, integer, interval)) would
+ * be a better match for a call than pklimit's own and answer in its place.
+ * Only pklimit's own scripts, and pg_upgrade, create objects of those names.
+ */
+static void
+object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId,
+			  void *arg)
+{
+	Oid			extoid;
+	Oid			nspid;
+	char		name[NAMEDATALEN];
+
+	if (prev_object_access)
+		prev_object_access(access, classId, objectId, subId, arg);
+	if ((access != OAT_POST_CREATE && access != OAT_POST_ALTER) || subId != 0 ||
+		IsBinaryUpgrade || !IsTransactionState() ||
+		!OidIsValid(extoid = get_extension_oid("pklimit", true)) ||
+		(creating_extension && CurrentExtensionObject == extoid) ||
+		!object_name(classId, objectId, name, &nspid) ||
+		nspid != extension_schema(extoid) ||
+		!is_pklimit_name(extoid, name, classId, objectId))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_DUPLICATE_OBJECT),
+			 errmsg("schema \"%s\" already has pklimit's objects named \"%s\"",
+					get_namespace_name(nspid), name),
+			 errdetail("An object of that name in pklimit's schema could take the place of pklimit's own in a call."),
+			 errhint("Give it another name, or create it in another schema.")));
+}
+
+/*
  * Before statements that need a database to themselves, its worker leaves.
  * DROP EXTENSION pklimit: its pg_cron job goes with it.
  */
@@ -219,8 +513,8 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 	Node	   *parsetree = pstmt->utilityStmt;
 	bool		dropping_pklimit = drops_pklimit(parsetree);
 	bool		granting = grants_on_tables(parsetree);
-	bool		forbidden_before = granting && table_has_forbidden_grants();
 
+	guard_lock(parsetree);
 	release_database(parsetree);
 	if (prev_ProcessUtility)
 		prev_ProcessUtility(pstmt, queryString, readOnlyTree, context,
@@ -230,13 +524,8 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 								params, queryEnv, dest, qc);
 	if (dropping_pklimit)
 		unschedule_purge();
-	/* only a GRANT that gave them now is refused, whatever it targeted */
-	if (granting && !forbidden_before && table_has_forbidden_grants())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("TRUNCATE, REFERENCES and TRIGGER cannot be granted on pklimit's table \"platformkit_limits\""),
-				 errdetail("They would get around its row level security."),
-				 errhint("Grant only SELECT, INSERT, UPDATE or DELETE, or nothing: applications reach the table through pklimit's functions.")));
+	if (granting)
+		guard_grant();
 }
 
 void
@@ -244,4 +533,6 @@ pklimit_install_hooks(void)
 {
 	prev_ProcessUtility = ProcessUtility_hook;
 	ProcessUtility_hook = process_utility;
+	prev_object_access = object_access_hook;
+	object_access_hook = object_access;
 }

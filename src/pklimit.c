@@ -15,6 +15,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/guc.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "compat.h"
@@ -30,12 +31,14 @@ static const struct config_enum_entry on_unavailable_options[] = {
 };
 
 int			pklimit_default_max = 10;
-int			pklimit_default_window = 15 * 60;	/* seconds */
+static char *pklimit_default_window;	/* as set; its length is below */
+int64		pklimit_default_window_usec = 15 * 60 * USECS_PER_SEC;
 int			pklimit_timeout = 2000; /* milliseconds */
 int			pklimit_on_unavailable = PKLIMIT_ON_UNAVAILABLE_ALLOW;
 int			pklimit_queue_size = 1024;
 int			pklimit_max_workers = 8;
-int			pklimit_worker_idle_timeout = 60;	/* seconds */
+int			pklimit_worker_idle_timeout = 0;	/* seconds; 0: never */
+static char *pklimit_databases = NULL;	/* with a static worker each */
 
 /* Protects all of pklimit's shared memory; NULL without preload. */
 LWLock	   *pklimit_lock = NULL;
@@ -80,9 +83,10 @@ shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(add_size(pklimit_queue_shmem_size(),
-									add_size(pklimit_registry_shmem_size(),
-											 pklimit_purge_shmem_size())));
+	/* three allocations, each rounded up to a cache line */
+	RequestAddinShmemSpace(add_size(CACHELINEALIGN(pklimit_queue_shmem_size()),
+									add_size(CACHELINEALIGN(pklimit_registry_shmem_size()),
+											 CACHELINEALIGN(pklimit_purge_shmem_size()))));
 	RequestNamedLWLockTranche("pklimit", 1);
 }
 
@@ -99,6 +103,42 @@ shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
+/*
+ * pklimit.default_window takes what the window argument takes: an interval
+ * of days, hours, minutes or seconds, checked by the same rules.
+ */
+static bool
+check_default_window(char **newval, void **extra, GucSource source)
+{
+	Interval	window;
+	int64		usec;
+	PklimitWindowCheck problem;
+
+	if (!pklimit_parse_interval(*newval, &window))
+	{
+		GUC_check_errdetail("\"%s\" is not an interval.", *newval);
+		GUC_check_errhint("Give the window in days, hours, minutes or seconds, for example '15 minutes'.");
+		return false;
+	}
+	problem = pklimit_window_usec(&window, &usec);
+	if (problem != PKLIMIT_WINDOW_OK)
+	{
+		pklimit_window_guc_error(problem);
+		return false;
+	}
+	*extra = pklimit_guc_malloc(sizeof(int64));
+	if (*extra == NULL)
+		return false;
+	*(int64 *) *extra = usec;
+	return true;
+}
+
+static void
+assign_default_window(const char *newval, void *extra)
+{
+	pklimit_default_window_usec = *(int64 *) extra;
+}
+
 /* The settings a session can change: they exist without preload too. */
 static void
 define_session_settings(void)
@@ -110,13 +150,13 @@ define_session_settings(void)
 							10, 0, INT_MAX,
 							PGC_USERSET, 0,
 							NULL, NULL, NULL);
-	DefineCustomIntVariable("pklimit.default_window",
-							"Window used by the one-argument pklimit_allow(key).",
-							"Fixed windows are aligned to the Unix epoch.",
-							&pklimit_default_window,
-							15 * 60, 1, INT_MAX,
-							PGC_USERSET, GUC_UNIT_S,
-							NULL, NULL, NULL);
+	DefineCustomStringVariable("pklimit.default_window",
+							   "Window used by the one-argument pklimit_allow(key).",
+							   "An interval, as the window argument takes it; fixed windows are aligned to the Unix epoch.",
+							   &pklimit_default_window,
+							   "15min",
+							   PGC_USERSET, 0,
+							   check_default_window, assign_default_window, NULL);
 	DefineCustomIntVariable("pklimit.timeout",
 							"The longest a pklimit call waits for its store.",
 							NULL,
@@ -133,9 +173,9 @@ define_session_settings(void)
 							 NULL, NULL, NULL);
 	DefineCustomIntVariable("pklimit.worker_idle_timeout",
 							"A pklimit worker with no work for this long exits.",
-							"0 keeps workers running, so a worker slot taken meanwhile cannot leave a database without one.",
+							"0 (the default) keeps workers running, so a worker slot taken meanwhile cannot leave a database without one.",
 							&pklimit_worker_idle_timeout,
-							60, 0, INT_MAX / 1000,
+							0, 0, INT_MAX / 1000,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
 }
@@ -158,6 +198,13 @@ define_server_settings(void)
 							8, 1, 1024,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
+	DefineCustomStringVariable("pklimit.databases",
+							   "Databases whose pklimit worker starts with the server and keeps its slot.",
+							   "A comma-separated list of database names; each holds one max_worker_processes slot for good.",
+							   &pklimit_databases,
+							   "",
+							   PGC_POSTMASTER, 0,
+							   NULL, NULL, NULL);
 }
 
 void
@@ -176,4 +223,5 @@ _PG_init(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = shmem_startup;
 	pklimit_install_hooks();
+	pklimit_register_static_workers(pklimit_databases);
 }

@@ -14,7 +14,7 @@
  *	registry.c	which worker serves which database: start on demand, attach,
  *				back-off after failures, retire when idle, leave on exit
  *	worker.c	the worker process and its loop over batches
- *	batch.c		applying one batch in the worker's own transactions
+ *	apply.c		applying a batch's requests in the worker's own transactions
  *	store.c		the statements on platformkit_limits
  *	purge.c		the purge, from the SQL call to the worker's steps and status
  *	hooks.c		the ProcessUtility guards
@@ -60,8 +60,8 @@ typedef struct PklimitOpRules
 {
 	bool		writes;			/* changes the row: can meet a row lock, and
 								 * waits behind writes set aside on its key */
-	bool		folds;			/* consecutive ones on a key and window: one
-								 * statement, each answered its serial count */
+	bool		folds;			/* consecutive ones on a key: one statement,
+								 * each answered its serial count */
 	bool		in_batch;		/* applied in the worker's batches; false:
 								 * runs in steps between them, and its caller
 								 * waits for the end once a worker has taken
@@ -113,7 +113,6 @@ typedef struct PklimitRequest
 	int64		window_usec;	/* window length, for a hit */
 	TimestampTz deadline;		/* the caller stops waiting at this moment */
 	TimestampTz cutoff;			/* for a purge */
-	Oid			userid;			/* for a purge: the role it runs as */
 	char		key[PKLIMIT_MAX_READABLE_KEY + 1];	/* stored key */
 } PklimitRequest;
 
@@ -121,6 +120,8 @@ typedef struct PklimitRequest
 typedef struct PklimitAnswer
 {
 	PklimitStatus status;
+	bool		unreplicated;	/* committed locally, not confirmed by the
+								 * synchronous standbys */
 	int			sqlstate;		/* for a store error */
 	char		message[128];	/* for a store error */
 	PklimitResult result;
@@ -187,9 +188,19 @@ typedef enum PklimitOnUnavailable
 #define PKLIMIT_RETRY_LOCK_MS 2
 #define PKLIMIT_PURGE_LOCK_SECONDS 5
 
+/* What is wrong with a window (api.c checks it). */
+typedef enum PklimitWindowCheck
+{
+	PKLIMIT_WINDOW_OK,
+	PKLIMIT_WINDOW_INFINITE,
+	PKLIMIT_WINDOW_MONTHS,
+	PKLIMIT_WINDOW_TOO_LONG,
+	PKLIMIT_WINDOW_NOT_POSITIVE
+} PklimitWindowCheck;
+
 /* pklimit.c: settings, the shared lock, wait events */
 extern int	pklimit_default_max;
-extern int	pklimit_default_window;
+extern int64 pklimit_default_window_usec;
 extern int	pklimit_timeout;
 extern int	pklimit_on_unavailable;
 extern int	pklimit_queue_size;
@@ -205,6 +216,9 @@ extern void pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *request,
 						PklimitAnswer *answer);
 extern bool pklimit_unavailable(const PklimitAnswer *answer, PklimitCall call);
 extern const char *pklimit_status_name(PklimitStatus status);
+extern PklimitWindowCheck pklimit_window_usec(const Interval *window,
+											  int64 *usec);
+extern void pklimit_window_guc_error(PklimitWindowCheck problem);
 
 /* key.c */
 extern char *pklimit_stored_key(text *key);
@@ -224,9 +238,14 @@ extern void pklimit_queue_release_worker(int worker);
 /* registry.c: the workers, one per database */
 extern Size pklimit_registry_shmem_size(void);
 extern void pklimit_registry_shmem_init(void);
-extern int	pklimit_registry_ensure(Oid dboid, TimestampTz now);
+extern void pklimit_register_static_workers(const char *setting);
+extern const char *pklimit_registry_static_database(int index);
+extern int	pklimit_registry_static_index(void);
+extern int	pklimit_registry_ensure(Oid dboid, int static_index,
+									TimestampTz now, bool *start_failed);
+extern void pklimit_registry_report_start_failure(void);
 extern int	pklimit_registry_procno(int worker);
-extern Oid	pklimit_registry_attach(int worker);
+extern Oid	pklimit_registry_attach(int worker, Oid static_dboid);
 extern void pklimit_registry_served(Oid dboid);
 extern bool pklimit_registry_retire(void);
 extern void pklimit_terminate_workers(Oid dboid);
@@ -242,7 +261,7 @@ extern bool pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b);
 extern bool pklimit_worth_retrying(TimestampTz deadline);
 extern void pklimit_set_lock_wait(int ms);
 extern void pklimit_begin_transaction(const char *activity);
-extern void pklimit_commit_transaction(void);
+extern bool pklimit_commit_transaction(void);
 extern ErrorData *pklimit_abort_transaction(MemoryContext memory_context);
 extern void pklimit_report_idle(void);
 extern void pklimit_answer_error(PklimitAnswer *answer, const ErrorData *edata);

@@ -3,14 +3,20 @@
  * purge.c
  *		The purge, from request to status: pklimit_purge() turns its
  *		retention into a cutoff and queues one request; the worker takes it
- *		and deletes in batches of PURGE_BATCH rows, each committed on its own,
- *		serving queued calls between two batches; pklimit_purge_status()
- *		shows the last purge of the database.  The statement is store.c's.
+ *		and deletes in batches, each committed on its own, serving queued
+ *		calls between two batches; pklimit_purge_status() shows the last
+ *		purge of the database.  The statement is store.c's.
  *
- * A batch that meets a locked row is tried again every PKLIMIT_RETRY_MS,
- * waiting PKLIMIT_RETRY_LOCK_MS for the lock; the purge fails only if that
- * goes on for PKLIMIT_PURGE_LOCK_SECONDS.  A purge requested while one of the same
- * database runs returns at once.
+ * A batch is bounded in time whatever the table's statistics say: its plan
+ * is forced onto the indexes (no sequential or bitmap scan of the whole
+ * table), and a batch that takes longer than PURGE_SLICE_MS is cancelled,
+ * rolled back and tried again at half the size, down to PURGE_MIN_BATCH
+ * rows, so the worker's callers never wait long behind it.  A batch that
+ * meets a locked row is tried again every PKLIMIT_RETRY_MS, waiting
+ * PKLIMIT_RETRY_LOCK_MS for the lock; the purge fails only if that goes on
+ * for PKLIMIT_PURGE_LOCK_SECONDS.  A purge requested while one of the same
+ * database runs returns at once.  The batches run as the table's owner:
+ * EXECUTE on pklimit_purge is the privilege that decides who may purge.
  *
  * Locking: the status entries are protected by pklimit_lock (see
  * pklimit.h): exclusive to change one, shared to read one.  The running
@@ -22,16 +28,21 @@
 
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "pklimit.h"
 
-/* Rows a purge deletes per transaction. */
+/* Rows a purge batch deletes at first, at least, and its time slice. */
 #define PURGE_BATCH 1000
+#define PURGE_MIN_BATCH 10
+#define PURGE_SLICE_MS 200
 
 /* What a database's last purge did, since the server started. */
 typedef struct PurgeStatus
@@ -56,9 +67,14 @@ typedef struct RunningPurge
 	TimestampTz from;			/* the next batch starts at this window end */
 	TimestampTz blocked_since;	/* 0, or when a locked row stopped it */
 	TimestampTz last_try;
+	int			batch;			/* rows the next batch deletes at most */
 } RunningPurge;
 
 static RunningPurge purge;		/* in the worker */
+
+/* The time slice of a batch, a timeout of the worker's own. */
+static TimeoutId slice_timeout = MAX_TIMEOUTS;
+static volatile sig_atomic_t slice_over = false;
 
 Size
 pklimit_purge_shmem_size(void)
@@ -146,6 +162,7 @@ pklimit_purge_take(const PklimitEntry *entry)
 	purge.deleted = 0;
 	purge.from = DT_NOBEGIN;
 	purge.blocked_since = 0;
+	purge.batch = PURGE_BATCH;
 
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
 	s = status_entry();
@@ -200,18 +217,47 @@ finish(bool failed)
 	pklimit_queue_answer(list, 1);
 }
 
+/* The batch's time slice is over: cancel its statement, as a cancel does. */
+static void
+slice_handler(void)
+{
+	slice_over = true;
+	InterruptPending = true;
+	QueryCancelPending = true;
+	SetLatch(MyLatch);
+}
+
 /*
- * Delete one batch, as the caller of the purge, in a transaction of its own.
- * Returns rows deleted, or -1 on an error, which is in *edata.
+ * The planner settings of a batch, for its transaction only: index scans
+ * whatever the statistics say, which after a crash or before autovacuum's
+ * next ANALYZE can make a scan of the whole table look cheap.
+ */
+static void
+force_index_plans(void)
+{
+	(void) set_config_option("enable_seqscan", "off", PGC_SUSET,
+							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	(void) set_config_option("enable_bitmapscan", "off", PGC_SUSET,
+							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/*
+ * Delete one batch, as the table's owner, in a transaction of its own and
+ * within PURGE_SLICE_MS.  Returns rows deleted, or -1 on an error, which is
+ * in *edata (*sliced: the slice was over).
  */
 static int64
-delete_batch(MemoryContext memory_context, ErrorData **edata)
+delete_batch(MemoryContext memory_context, ErrorData **edata, bool *sliced)
 {
 	volatile int64 deleted = -1;
 	const PklimitRequest *r = &purge.entry.request;
 
+	if (slice_timeout == MAX_TIMEOUTS)
+		slice_timeout = RegisterTimeout(USER_TIMEOUT, slice_handler);
+	slice_over = false;
 	PG_TRY();
 	{
+		Oid			owner;
 		Oid			save_userid;
 		int			save_sec_context;
 
@@ -219,37 +265,44 @@ delete_batch(MemoryContext memory_context, ErrorData **edata)
 		pklimit_set_lock_wait(purge.blocked_since != 0 ?
 							  PKLIMIT_RETRY_LOCK_MS : PKLIMIT_BATCH_LOCK_MS);
 		pklimit_begin_transaction("pklimit: purge");
-		/* the extension's own table only; the caller's privileges decide */
-		(void) pklimit_store_owner(r->nspid);
+		force_index_plans();
+		owner = pklimit_store_owner(r->nspid);
 		GetUserIdAndSecContext(&save_userid, &save_sec_context);
-		SetUserIdAndSecContext(r->userid,
+		SetUserIdAndSecContext(owner,
 							   save_sec_context |
 							   SECURITY_LOCAL_USERID_CHANGE |
 							   SECURITY_RESTRICTED_OPERATION);
-		deleted = pklimit_store_purge(r->nspid, r->cutoff, PURGE_BATCH,
+		enable_timeout_after(slice_timeout, PURGE_SLICE_MS);
+		deleted = pklimit_store_purge(r->nspid, r->cutoff, purge.batch,
 									  &purge.from);
+		disable_timeout(slice_timeout, false);
 		SetUserIdAndSecContext(save_userid, save_sec_context);
-		pklimit_commit_transaction();
+		(void) pklimit_commit_transaction();
 	}
 	PG_CATCH();
 	{
+		disable_timeout(slice_timeout, false);
 		*edata = pklimit_abort_transaction(memory_context);
 		deleted = -1;
 	}
 	PG_END_TRY();
+	*sliced = slice_over;
+	slice_over = false;
 	pklimit_report_idle();
 	return deleted;
 }
 
 /*
  * One step of the running purge: one batch deleted and committed.  A batch
- * that meets a locked row is tried again on a later step, for a while.
- * Returns true if the purge goes on at once (not held up by a lock).
+ * over its time slice is tried again at half the size; one that meets a
+ * locked row is tried again on a later step, for a while.  Returns true if
+ * the purge goes on at once (not held up by a lock).
  */
 bool
 pklimit_purge_step(MemoryContext memory_context)
 {
 	ErrorData  *edata = NULL;
+	bool		sliced = false;
 	int64		deleted;
 	TimestampTz now;
 
@@ -260,11 +313,13 @@ pklimit_purge_step(MemoryContext memory_context)
 		return false;
 	}
 
-	deleted = delete_batch(memory_context, &edata);
+	deleted = delete_batch(memory_context, &edata, &sliced);
 	now = GetCurrentTimestamp();
-	if (deleted < 0 && edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE &&
-		(purge.blocked_since == 0 ||
-		 now - purge.blocked_since < PKLIMIT_PURGE_LOCK_SECONDS * USECS_PER_SEC))
+	if (deleted < 0 && sliced && purge.batch > PURGE_MIN_BATCH)
+		purge.batch = Max(PURGE_MIN_BATCH, purge.batch / 2);
+	else if (deleted < 0 && edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE &&
+			 (purge.blocked_since == 0 ||
+			  now - purge.blocked_since < PKLIMIT_PURGE_LOCK_SECONDS * USECS_PER_SEC))
 	{
 		if (purge.blocked_since == 0)
 			purge.blocked_since = now;
@@ -281,7 +336,7 @@ pklimit_purge_step(MemoryContext memory_context)
 	{
 		purge.blocked_since = 0;
 		purge.deleted += deleted;
-		if (deleted < PURGE_BATCH)
+		if (deleted < purge.batch)
 		{
 			purge.entry.answer.status = PKLIMIT_OK;
 			purge.entry.answer.result.found = true;
@@ -335,8 +390,7 @@ cutoff_of(Interval *retention, TimestampTz now)
  * Delete rows whose window closed more than retention ago, in batches that
  * the worker commits one by one.  The caller waits pklimit.timeout for a
  * worker to take it, then until the purge is done (statement_timeout and
- * cancel apply).  The batches run as the caller, so its privileges on the
- * table decide; EXECUTE is not granted to PUBLIC.
+ * cancel apply).  EXECUTE is not granted to PUBLIC.
  */
 PG_FUNCTION_INFO_V1(pklimit_purge);
 Datum
@@ -353,7 +407,6 @@ pklimit_purge(PG_FUNCTION_ARGS)
 	memset(&request, 0, sizeof(request));
 	request.kind = PKLIMIT_OP_PURGE;
 	request.cutoff = cutoff_of(PG_GETARG_INTERVAL_P(0), now);
-	request.userid = GetUserId();
 
 	pklimit_run(fcinfo, &request, &answer);
 	if (answer.status != PKLIMIT_OK)

@@ -150,11 +150,12 @@ release_slot_on_error(int code, Datum arg)
  * *procno.  A purge, once taken, runs to its end: *deadline moves to never.
  */
 static bool
-look(int slotno, TimestampTz *deadline, bool *had_worker, int *procno,
-	 PklimitAnswer *answer)
+look(int slotno, int static_index, TimestampTz *deadline, bool *had_worker,
+	 int *procno, PklimitAnswer *answer)
 {
 	Slot	   *slot = &queue->slots[slotno];
 	bool		done = false;
+	bool		start_failed = false;
 
 	*procno = -1;
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
@@ -167,7 +168,9 @@ look(int slotno, TimestampTz *deadline, bool *had_worker, int *procno,
 	else if (slot->state == SLOT_QUEUED)
 	{
 		int			worker = pklimit_registry_ensure(slot->request.dboid,
-													 GetCurrentTimestamp());
+													 static_index,
+													 GetCurrentTimestamp(),
+													 &start_failed);
 
 		*had_worker |= (worker >= 0);
 		*procno = pklimit_registry_procno(worker);
@@ -176,6 +179,8 @@ look(int slotno, TimestampTz *deadline, bool *had_worker, int *procno,
 			 !pklimit_op_rules(slot->request.kind).in_batch)
 		*deadline = DT_NOEND;
 	LWLockRelease(pklimit_lock);
+	if (start_failed)
+		pklimit_registry_report_start_failure();
 	return done;
 }
 
@@ -193,6 +198,8 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 	int			worker;
 	int			procno;
 	bool		had_worker;
+	bool		start_failed;
+	int			static_index = pklimit_registry_static_index();
 	TimestampTz deadline = request->deadline;
 
 	memset(answer, 0, sizeof(*answer));
@@ -211,13 +218,16 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 	queue->slots[slotno].seq = queue->next_seq++;
 	queue->slots[slotno].request = *request;
 	/* raises no error, so the slot cannot leak before the cleanup below */
-	worker = pklimit_registry_ensure(request->dboid, GetCurrentTimestamp());
+	worker = pklimit_registry_ensure(request->dboid, static_index,
+									 GetCurrentTimestamp(), &start_failed);
 	had_worker = (worker >= 0);
 	procno = pklimit_registry_procno(worker);
 	LWLockRelease(pklimit_lock);
 
 	PG_ENSURE_ERROR_CLEANUP(release_slot_on_error, Int32GetDatum(slotno));
 	{
+		if (start_failed)
+			pklimit_registry_report_start_failure();
 		wake(procno);
 		for (;;)
 		{
@@ -233,7 +243,8 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 				ResetLatch(MyLatch);
 				CHECK_FOR_INTERRUPTS();
 			}
-			if (look(slotno, &deadline, &had_worker, &procno, answer))
+			if (look(slotno, static_index, &deadline, &had_worker, &procno,
+					 answer))
 				break;
 			wake(procno);
 			if (GetCurrentTimestamp() < deadline)

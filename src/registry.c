@@ -1,13 +1,19 @@
 /*-------------------------------------------------------------------------
  *
  * registry.c
- *		Which pklimit worker serves which database: the first call that needs
- *		one starts it (a dynamic background worker), the worker attaches to
- *		its entry, leaves it when idle (retire) or on exit (detach), and a
- *		database whose worker failed to start or died waits before the next
- *		start (back-off).  Runs in callers (ensure, procno), in the worker
- *		(attach, served, retire, detach) and in the ProcessUtility guards
- *		(terminate); the requests themselves are queue.c's.
+ *		Which pklimit worker serves which database.  A database named in
+ *		pklimit.databases has a static background worker, started with the
+ *		server and restarted by the postmaster, so no other use of
+ *		max_worker_processes can take its slot; its registry entry is
+ *		reserved.  Any other database gets a dynamic worker from the first
+ *		call that needs one.  A worker attaches to its entry, leaves it when
+ *		idle (retire; dynamic workers only, and only with
+ *		pklimit.worker_idle_timeout) or on exit (detach), and a database whose
+ *		dynamic worker failed to start or died waits before the next start
+ *		(back-off).  Runs in the postmaster (static registration), in callers
+ *		(ensure, procno), in the worker (attach, served, retire, detach) and
+ *		in the ProcessUtility guards (terminate); the requests themselves
+ *		are queue.c's.
  *
  * Locking: the workers[] and backoffs[] arrays are protected by
  * pklimit_lock (see pklimit.h): exclusive to change an entry, shared to
@@ -19,16 +25,24 @@
 
 #include <signal.h>
 
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
+#include "nodes/pg_list.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "utils/varlena.h"
 
 #include "compat.h"
 #include "pklimit.h"
+
+/* A static worker that exited is started again after this many seconds. */
+#define STATIC_RESTART_SECONDS 10
 
 /* A worker that has not attached this long after registration is dead. */
 #define START_GRACE_USEC (10 * USECS_PER_SEC)
@@ -68,6 +82,12 @@ typedef struct Registry
 
 static Registry registry;
 static int	my_worker = -1;		/* registry index, in a worker */
+
+/*
+ * The databases of pklimit.databases, read in the postmaster and inherited
+ * by every process: database i has the static worker of registry entry i.
+ */
+static List *static_databases = NIL;
 
 Size
 pklimit_registry_shmem_size(void)
@@ -123,40 +143,143 @@ note_start_failure(Oid dboid, TimestampTz now)
 	b->usec = Min(MAX_BACKOFF_USEC, Max(MIN_BACKOFF_USEC, b->usec * 2));
 }
 
+/* The background worker of registry entry index. */
+static void
+worker_definition(BackgroundWorker *bgw, int index)
+{
+	memset(bgw, 0, sizeof(*bgw));
+	bgw->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw->bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(bgw->bgw_library_name, BGW_MAXLEN, "pklimit");
+	snprintf(bgw->bgw_function_name, BGW_MAXLEN, "pklimit_worker_main");
+	snprintf(bgw->bgw_type, BGW_MAXLEN, "pklimit worker");
+	bgw->bgw_main_arg = Int32GetDatum(index);
+	bgw->bgw_notify_pid = 0;
+}
+
+/*
+ * In _PG_init at preload: a static worker for each database named in
+ * pklimit.databases (a comma-separated list of names).
+ */
+void
+pklimit_register_static_workers(const char *setting)
+{
+	/* kept for good: backends free the postmaster's context, not this one */
+	MemoryContext old_context = MemoryContextSwitchTo(TopMemoryContext);
+	char	   *names = pstrdup(setting);
+	ListCell   *lc;
+	int			i = 0;
+
+	if (!SplitIdentifierString(names, ',', &static_databases))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid list syntax in parameter \"pklimit.databases\""),
+				 errhint("List database names separated by commas.")));
+	if (list_length(static_databases) > pklimit_max_workers)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pklimit.databases names %d databases, more than pklimit.max_workers (%d)",
+						list_length(static_databases), pklimit_max_workers),
+				 errhint("Raise pklimit.max_workers.")));
+	foreach(lc, static_databases)
+	{
+		BackgroundWorker bgw;
+		const char *name = lfirst(lc);
+
+		worker_definition(&bgw, i++);
+		bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		bgw.bgw_restart_time = STATIC_RESTART_SECONDS;
+		snprintf(bgw.bgw_name, BGW_MAXLEN, "pklimit worker for database %s",
+				 name);
+		strlcpy(bgw.bgw_extra, name, BGW_EXTRALEN);
+		RegisterBackgroundWorker(&bgw);
+	}
+	MemoryContextSwitchTo(old_context);
+}
+
+/* Is registry entry index a static worker's, and of which database? */
+const char *
+pklimit_registry_static_database(int index)
+{
+	if (index < 0 || index >= list_length(static_databases))
+		return NULL;
+	return list_nth(static_databases, index);
+}
+
+/*
+ * The registry entry of this backend's database if it has a static worker,
+ * else -1.  Looked up once per backend, in a transaction.
+ */
+int
+pklimit_registry_static_index(void)
+{
+	static int	index = -2;
+
+	if (index == -2)
+	{
+		char	   *dbname = get_database_name(MyDatabaseId);
+		ListCell   *lc;
+
+		index = -1;
+		foreach(lc, static_databases)
+		{
+			if (dbname != NULL && strcmp(dbname, lfirst(lc)) == 0)
+			{
+				index = foreach_current_index(lc);
+				break;
+			}
+		}
+	}
+	return index;
+}
+
 /* Register a dynamic background worker for entry index.  Lock held. */
 static bool
 start_worker(int index, Oid dboid)
 {
 	BackgroundWorker bgw;
 
-	memset(&bgw, 0, sizeof(bgw));
-	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	bgw.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(bgw.bgw_library_name, BGW_MAXLEN, "pklimit");
-	snprintf(bgw.bgw_function_name, BGW_MAXLEN, "pklimit_worker_main");
+	worker_definition(&bgw, index);
 	snprintf(bgw.bgw_name, BGW_MAXLEN, "pklimit worker for database %u", dboid);
-	snprintf(bgw.bgw_type, BGW_MAXLEN, "pklimit worker");
-	bgw.bgw_main_arg = Int32GetDatum(index);
-	bgw.bgw_notify_pid = 0;
-
 	/* no handle: nothing here may raise an error while the lock is held */
 	return RegisterDynamicBackgroundWorker(&bgw, NULL);
+}
+
+/*
+ * A dynamic worker could not be started: say so in the server log, once per
+ * try (the back-off spaces them out).  After the lock is released.
+ */
+void
+pklimit_registry_report_start_failure(void)
+{
+	ereport(LOG,
+			(errmsg("pklimit could not start a worker for database \"%s\"",
+					get_database_name(MyDatabaseId)),
+			 errdetail("No background worker slot was free (max_worker_processes, or pklimit.max_workers)."),
+			 errhint("Raise max_worker_processes, or name the database in pklimit.databases so that its worker starts with the server and keeps its slot.")));
 }
 
 /*
  * Make sure a worker serves dboid.  Returns the registry index of a running
  * or starting worker, or -1 if none could be started (registry full,
  * max_worker_processes exhausted, or a recent start failed and the back-off
- * has not passed).  Lock held exclusively.
+ * has not passed; *start_failed says whether a start was tried and failed
+ * now).  A database with a static worker (static_index >= 0) never gets a
+ * dynamic one: -1 until its static worker has attached.  Lock held
+ * exclusively.
  */
 int
-pklimit_registry_ensure(Oid dboid, TimestampTz now)
+pklimit_registry_ensure(Oid dboid, int static_index, TimestampTz now,
+						bool *start_failed)
 {
 	int			free_index = -1;
 	Backoff    *backoff;
 
-	for (int i = 0; i < pklimit_max_workers; i++)
+	*start_failed = false;
+	if (static_index >= 0)
+		return registry.workers[static_index].in_use ? static_index : -1;
+	for (int i = list_length(static_databases); i < pklimit_max_workers; i++)
 	{
 		WorkerEntry *w = &registry.workers[i];
 
@@ -177,6 +300,7 @@ pklimit_registry_ensure(Oid dboid, TimestampTz now)
 	if (!start_worker(free_index, dboid))
 	{
 		note_start_failure(dboid, now);
+		*start_failed = true;
 		return -1;
 	}
 
@@ -214,7 +338,7 @@ detach(int code, Datum arg)
 		pklimit_queue_release_worker(my_worker);
 		w->in_use = false;
 		w->pid = 0;
-		if (code != 0)
+		if (code != 0 && pklimit_registry_static_database(my_worker) == NULL)
 			note_start_failure(w->dboid, GetCurrentTimestamp());
 		pklimit_purge_fail_running();
 	}
@@ -224,23 +348,32 @@ detach(int code, Datum arg)
 /*
  * Claim registry entry index for this process and return the database it
  * serves, or InvalidOid if the entry was given up meanwhile (the worker then
- * exits).
+ * exits).  A static worker, already connected to dboid, claims its reserved
+ * entry.
  */
 Oid
-pklimit_registry_attach(int worker)
+pklimit_registry_attach(int worker, Oid static_dboid)
 {
+	WorkerEntry *w;
 	bool		ok;
 	Oid			dboid = InvalidOid;
 
 	if (worker < 0 || worker >= pklimit_max_workers)
 		return InvalidOid;
+	w = &registry.workers[worker];
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	ok = registry.workers[worker].in_use && registry.workers[worker].pid == 0;
+	if (OidIsValid(static_dboid))
+	{
+		w->in_use = true;
+		w->dboid = static_dboid;
+		w->pid = 0;
+	}
+	ok = w->in_use && w->pid == 0;
 	if (ok)
 	{
-		registry.workers[worker].pid = MyProcPid;
-		registry.workers[worker].procno = PKLIMIT_MY_PROCNO;
-		dboid = registry.workers[worker].dboid;
+		w->pid = MyProcPid;
+		w->procno = PKLIMIT_MY_PROCNO;
+		dboid = w->dboid;
 		my_worker = worker;
 	}
 	LWLockRelease(pklimit_lock);

@@ -66,22 +66,29 @@ static Statement statements[NUM_STATEMENTS] = {
 	 * The hit: one INSERT ... ON CONFLICT DO UPDATE.  The window and the
 	 * event's time come from the caller, read from the server clock just
 	 * before the statement runs: pklimit's worker is the table's only writer,
-	 * so no other writer of the row can come between.  The count saturates at
-	 * the largest bigint instead of overflowing.
+	 * so no other writer of the row can come between.  A key has one window
+	 * at a time: while its window is open, events count in it whatever the
+	 * window length of the call, and a new window (of the call's length)
+	 * starts only once it has closed, so two lengths cannot reset each
+	 * other's count.  The count saturates at the largest bigint instead of
+	 * overflowing.
 	 */
 	[STMT_HIT] = {
 		"INSERT INTO %s.platformkit_limits AS l"
 		" (key, window_start, window_end, count, updated_at)"
 		" VALUES ($1, $2, $3, $4, $5)"
 		" ON CONFLICT (key) DO UPDATE SET"
-		" count = CASE WHEN l.window_start OPERATOR(pg_catalog.=) $2"
-		"               AND l.window_end OPERATOR(pg_catalog.=) $3"
+		" count = CASE WHEN l.window_end OPERATOR(pg_catalog.>) $5"
 		"   THEN CASE WHEN l.count OPERATOR(pg_catalog.>)"
 		"          (9223372036854775807::pg_catalog.int8 OPERATOR(pg_catalog.-) $4)"
 		"        THEN 9223372036854775807::pg_catalog.int8"
 		"        ELSE l.count OPERATOR(pg_catalog.+) $4 END"
 		"   ELSE $4 END,"
-		" window_start = $2, window_end = $3, updated_at = $5"
+		" window_start = CASE WHEN l.window_end OPERATOR(pg_catalog.>) $5"
+		"   THEN l.window_start ELSE $2 END,"
+		" window_end = CASE WHEN l.window_end OPERATOR(pg_catalog.>) $5"
+		"   THEN l.window_end ELSE $3 END,"
+		" updated_at = $5"
 		" RETURNING l.count, l.window_end, l.updated_at",
 		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},
 		false
@@ -103,16 +110,19 @@ static Statement statements[NUM_STATEMENTS] = {
 	/*
 	 * One batch of the purge, from the window end where the previous batch
 	 * stopped, so no batch walks again over the index entries of rows already
-	 * deleted.  The window end is checked again on delete.
+	 * deleted.  The rows are found in the window_end index and deleted by
+	 * their ctid alone, so the delete is a TID scan whatever the table's
+	 * statistics say (a condition on window_end there would let stale
+	 * statistics pick a walk over every expired row instead).  A row changed
+	 * since it was found has another ctid and is left alone.
 	 */
 	[STMT_PURGE] = {
 		"WITH d AS (DELETE FROM %s.platformkit_limits l"
-		" WHERE l.key OPERATOR(pg_catalog.=) ANY (ARRAY("
-		"  SELECT e.key FROM %s.platformkit_limits e"
+		" WHERE l.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"  SELECT e.ctid FROM %s.platformkit_limits e"
 		"  WHERE e.window_end OPERATOR(pg_catalog.<) $1"
 		"  AND e.window_end OPERATOR(pg_catalog.>=) $3"
 		"  ORDER BY e.window_end LIMIT $2))"
-		" AND l.window_end OPERATOR(pg_catalog.<) $1"
 		" RETURNING l.window_end)"
 		" SELECT pg_catalog.count(*), pg_catalog.max(d.window_end) FROM d",
 		3, {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},

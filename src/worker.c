@@ -37,6 +37,7 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/pmsignal.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
@@ -58,19 +59,28 @@ typedef struct Batch
 	MemoryContext context;		/* reset after every round */
 } Batch;
 
+/* Is this the static worker of a database in pklimit.databases? */
+static bool static_worker = false;
+
 /*
  * Between transactions there is nothing to cancel: a cancel
  * (pg_cancel_backend) that arrives now would only end the worker.  SIGINT
- * stays handled, since lock_timeout works through it.
+ * stays handled, since lock_timeout works through it.  A termination
+ * (SIGTERM, handled by die() as in any backend, so that it also ends a wait
+ * for a synchronous standby or a lock) or the postmaster's death ends the
+ * worker here, between two transactions, after it answered its callers.  A
+ * static worker exits with 1, so the postmaster starts it again.
  */
 static void
 take_interrupts(void)
 {
+	if (ProcDiePending)
+		proc_exit(static_worker ? 1 : 0);
+	if (!PostmasterIsAlive())
+		proc_exit(1);
 	QueryCancelPending = false;
 	(void) get_timeout_indicator(LOCK_TIMEOUT, true);
 	CHECK_FOR_INTERRUPTS();
-	if (ShutdownRequestPending)
-		proc_exit(0);
 	if (ConfigReloadPending)
 	{
 		ConfigReloadPending = false;
@@ -91,8 +101,6 @@ gather(Batch *b, Oid dboid, int worker)
 	int			nnew = 0;
 
 	b->nold = b->n;
-	b->retry_due = (b->nold > 0 &&
-					GetCurrentTimestamp() - b->tried >= PKLIMIT_RETRY_MS * 1000);
 	ntaken = pklimit_queue_take(dboid, worker, &b->entries[b->n],
 								PKLIMIT_BATCH_MAX - b->n);
 	for (int i = b->n; i < b->n + ntaken; i++)
@@ -108,6 +116,8 @@ gather(Batch *b, Oid dboid, int worker)
 		}
 	}
 	b->n += nnew;
+	b->retry_due = (b->nold > 0 &&
+					GetCurrentTimestamp() - b->tried >= PKLIMIT_RETRY_MS * 1000);
 	return nnew;
 }
 
@@ -252,7 +262,7 @@ wait_for_work(const Batch *b, TimestampTz last_work)
 		wait_ms = PKLIMIT_RETRY_MS; /* a locked row: try again soon */
 		wait = PKLIMIT_WAIT_RETRY;
 	}
-	else if (pklimit_worker_idle_timeout == 0)
+	else if (pklimit_worker_idle_timeout == 0 || static_worker)
 		wait_ms = -1;			/* never exit for idleness */
 	else if (wait_ms <= 0)
 	{
@@ -298,14 +308,23 @@ pklimit_worker_main(Datum main_arg)
 	TimestampTz last_work;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	/* leave between two transactions, answering nobody wrongly */
-	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	dboid = pklimit_registry_attach(worker);
-	if (!OidIsValid(dboid))
-		proc_exit(0);
-	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	if (pklimit_registry_static_database(worker) != NULL)
+	{
+		static_worker = true;
+		BackgroundWorkerInitializeConnection(MyBgworkerEntry->bgw_extra,
+											 NULL, 0);
+		dboid = pklimit_registry_attach(worker, MyDatabaseId);
+	}
+	else
+	{
+		dboid = pklimit_registry_attach(worker, InvalidOid);
+		if (!OidIsValid(dboid))
+			proc_exit(0);
+		BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	}
 	pgstat_report_appname("pklimit worker");
 	set_up_session();
 

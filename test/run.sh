@@ -14,6 +14,9 @@
 #   bash test/run.sh tap           TAP tests only
 #   bash test/run.sh sqlsmith      the long mode: sqlsmith against pklimit
 #                                  (SQLSMITH_QUERIES=20000), then no crash
+#   PKLIMIT_TAP_TESTS="031_static_workers 090_upgrade" bash test/run.sh tap
+#                                  only the TAP tests named
+#   PKLIMIT_KEEP=1                 keep the cluster and the build directory
 #
 # The client-language examples (060) and the pgbouncer test (070) run on the
 # host's version only; on the others they are reported as not run.
@@ -57,6 +60,7 @@ if [ -z "${PKLIMIT_ONE_VERSION:-}" ]; then
 			PKLIMIT_COPY_SRC=$(cd "$here/.." && pwd) bash "$here/../scripts/chroot.sh" "$v" \
 				env PKLIMIT_ONE_VERSION=1 PG_MAJOR=$v PKLIMIT_EXAMPLES=0 \
 				PKLIMIT_PORT="${PKLIMIT_PORT:-55432}" PKLIMIT_KEEP="${PKLIMIT_KEEP:-}" \
+				PKLIMIT_TAP_TESTS="${PKLIMIT_TAP_TESTS:-}" \
 				bash /opt/pklimit/test/run.sh "$layers" \
 				2>&1 | tee "$out" || rc=$?
 		fi
@@ -121,6 +125,10 @@ if [ "$layers" = all ] || [ "$layers" = tap ]; then
 	log "TAP tests (prove) on PostgreSQL $PG_MAJOR"
 	tests=()
 	for t in "$BUILD_DIR"/test/t/*.pl; do
+		if [ -n "${PKLIMIT_TAP_TESTS:-}" ] &&
+			! [[ " $PKLIMIT_TAP_TESTS " == *" $(basename "$t" .pl) "* ]]; then
+			continue
+		fi
 		case $(basename "$t") in
 			060_examples.pl | 070_pgbouncer.pl)
 				if [ "$examples" != 1 ]; then

@@ -71,7 +71,8 @@ my @WINDOWS = (
 	[ 86400 * USEC, '1 day', '24 hours', '86400 seconds' ],
 	[ 7 * 86400 * USEC, '7 days', '1 week', '168 hours' ],
 	# The next three all start at the Unix epoch today but end at different
-	# moments: same window_start, different length, so no shared count.
+	# moments: a call with one of them counts in the key's open window,
+	# whichever of them started it.
 	[ 30000 * 86400 * USEC, '30000 days' ],
 	[ 36500 * 86400 * USEC, '36500 days', '876000 hours' ],
 	[ 3650000 * 86400 * USEC, '3650000 days' ],    # the longest accepted

@@ -1,6 +1,7 @@
 # Unavailable stores: with max_worker_processes exhausted no worker can
-# start, and calls answer within the budget as no_worker, without a log
-# flood; on a hot standby calls answer as read_only.
+# start, and calls answer within the budget as no_worker, with the failure
+# in the server log but no flood; on a hot standby calls answer as
+# read_only.
 use strict;
 use warnings;
 use FindBin;
@@ -18,11 +19,14 @@ is($out, 't|no_worker', 'no worker slot: allowed, status no_worker');
 like($err, qr/WARNING:  pklimit store unavailable: no_worker/, 'with a warning');
 cmp_ok($secs, '>=', 0.3, 'after waiting out its budget of 300 ms for a worker');
 ($out) = timed_psql($node, 'postgres',
-	"SET pklimit.timeout = '50ms'; SELECT count(*) FROM generate_series(1, 50), LATERAL pklimit_check('k', 1, '36500 days') c WHERE c.status = 'no_worker'");
+	"SET pklimit.timeout = '50ms'; SELECT count(*) FROM generate_series(1, 50) i, LATERAL pklimit_check('k' || i, 1, '36500 days') c WHERE c.status = 'no_worker'");
 is($out, '50', '50 calls in a row all answer no_worker');
 my $log = slurp_file($node->logfile);
-my $lines = () = $log =~ /background worker/g;
-cmp_ok($lines, '<', 5, 'the server log is not flooded with worker start failures');
+my $lines = () = $log =~ /LOG:  pklimit could not start a worker for database "postgres"/g;
+cmp_ok($lines, '>=', 1, 'the failure to get a worker slot is in the server log');
+cmp_ok($lines, '<', 10, 'but does not flood it (the back-off spaces the tries out)');
+like($log, qr/HINT:  Raise max_worker_processes, or name the database in pklimit.databases/,
+	'with the fix in its hint');
 $node->stop;
 
 # A hot standby answers read_only.

@@ -103,16 +103,21 @@ $bg->quit;
 is($node->safe_psql('app', 'SELECT deleted FROM pklimit_purge_status'), '302500', 'it deleted every expired row');
 is($node->safe_psql('app', 'SELECT count(*) FROM platformkit_limits'), '1', 'only the open window is left');
 
-# --- a cancelled purge stops
+# --- a cancelled purge stops (a row locked by another transaction holds
+# the purge up meanwhile, however fast the machine)
 $node->safe_psql('app', q{
 	INSERT INTO platformkit_limits
 	SELECT 'g:more-' || i, clock_timestamp() - interval '3 days', clock_timestamp() - interval '2 days', 1,
 	       clock_timestamp() - interval '2 days' FROM generate_series(1, 300000) i});
+my $locker = $node->background_psql('app');
+$locker->query_safe("BEGIN; SELECT 1 FROM platformkit_limits WHERE key = 'g:more-1' FOR UPDATE");
 $node->psql('app', "SET statement_timeout = '300ms'; SELECT pklimit_purge()", stderr => \$err);
 like($err, qr/canceling statement due to statement timeout/, 'a purge can be cancelled');
 ok($node->poll_query_until('app', 'SELECT NOT running FROM pklimit_purge_status'), 'and the worker stops it');
 cmp_ok($node->safe_psql('app', 'SELECT count(*) FROM platformkit_limits'), '>', 1000,
 	'before deleting everything');
+$locker->query_safe('ROLLBACK');
+$locker->quit;
 $node->stop;
 
 # --- without pg_cron: installs, and says the purge is unscheduled

@@ -39,6 +39,15 @@ my $job_before = $node->safe_psql('old', $job);
 like($job_before, qr/pklimit-purge\|0 \* \* \* \*\|SELECT public.pklimit_purge\(\)\|old/,
 	'0.1.0 scheduled its purge with pg_cron');
 
+# 0.1.0 let INSERT, UPDATE and DELETE be granted on the table (written into
+# the catalog here, as the 0.1.0 library let a GRANT do); 0.2.0 takes them back
+$node->safe_psql('postgres', 'CREATE ROLE app');
+$node->safe_psql('old', "UPDATE pg_class SET relacl = relacl || format('app=awd/%s', current_user)::aclitem"
+	  . " WHERE oid = 'platformkit_limits'::regclass");
+my $app_privileges = "SELECT string_agg(p, ',') FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p"
+  . " WHERE has_table_privilege('app', 'platformkit_limits', p)";
+is($node->safe_psql('old', $app_privileges), 'INSERT,UPDATE,DELETE', 'a role holds what 0.1.0 let it hold');
+
 # --- the update, while two sessions keep calling on the 0.1.0 database
 my $per_session = 20000;
 my @callers;
@@ -60,6 +69,7 @@ $_->quit for @callers;
 is($node->safe_psql('old', "SELECT pklimit_count('during')"), 2 * $per_session,
 	'every call made across the update was recorded');
 is($node->safe_psql('old', $version), '0.2.0', 'database old is now at 0.2.0');
+is($node->safe_psql('old', $app_privileges), '', 'the update took back what 0.2.0 lets nobody but the owner hold');
 
 # --- nothing lost, and the same objects as a fresh install
 $node->safe_psql('old', "SELECT pklimit_forget('during')");

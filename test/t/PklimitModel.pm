@@ -146,24 +146,24 @@ sub window_of
 }
 
 
+# One event on the key: a key has one window at a time, so it counts in the
+# key's open window whatever the call's window length ($w); a new window of
+# length $w starts only once the key's window has closed.
 sub model_hit
 {
 	my ($rows, $id, $t, $w) = @_;
-	my ($ws, $we) = window_of($t, $w);
 	my $row = $rows->{$id};
-	if ($row && $row->{ws} == $ws && $row->{we} == $we)
+	if ($row && $row->{we} > $t)
 	{
 		$row->{count}++ if $row->{count} < INT64_MAX;    # saturates
-		$coverage{increment}++;
+		$coverage{ $row->{we} - $row->{ws} == $w
+			  ? 'increment'
+			  : 'other_length_counts_in_open_window' }++;
 	}
 	else
 	{
-		if ($row)
-		{
-			if ($row->{ws} == $ws) { $coverage{restart_same_start}++; }
-			elsif ($row->{we} <= $t) { $coverage{restart_closed}++; }
-			else { $coverage{restart_other_window}++; }
-		}
+		$coverage{restart_closed}++ if $row;
+		my ($ws, $we) = window_of($t, $w);
 		$row = $rows->{$id} = { ws => $ws, we => $we, count => 1 };
 	}
 	return $row;
