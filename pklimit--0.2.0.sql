@@ -16,7 +16,9 @@ BEGIN
 	WITH pklimit_names(names) AS (
 		SELECT ARRAY['platformkit_is_system', 'platformkit_limits', 'pklimit_allow',
 				'pklimit_check', 'pklimit_count', 'pklimit_forget', 'pklimit_purge',
-				'pklimit_purge_status', 'pklimit_schedule_purge']::pg_catalog.name[])
+				'pklimit_purge_status', 'pklimit_schedule_purge', 'pklimit_check_all',
+				'pklimit_allow_all', 'platformkit_limits_pkey',
+				'platformkit_limits_window_end_idx']::pg_catalog.name[])
 	SELECT pg_catalog.string_agg(o.kind OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) o.name,
 			', ' ORDER BY o.name, o.kind)
 	  INTO planted
@@ -59,6 +61,7 @@ CREATE TABLE @extschema@.platformkit_limits (
 	window_end pg_catalog.timestamptz NOT NULL,
 	count pg_catalog.int8 NOT NULL,
 	updated_at pg_catalog.timestamptz NOT NULL,
+	blocked_until pg_catalog.timestamptz,
 	CONSTRAINT platformkit_limits_window_check
 		CHECK (window_end OPERATOR(pg_catalog.>) window_start),
 	CONSTRAINT platformkit_limits_count_check
@@ -78,9 +81,11 @@ COMMENT ON COLUMN @extschema@.platformkit_limits.window_start IS
 COMMENT ON COLUMN @extschema@.platformkit_limits.window_end IS
 'End of that window: the count is 0 from this moment, and pklimit_purge measures retention from it.';
 COMMENT ON COLUMN @extschema@.platformkit_limits.count IS
-'Events recorded in the window, refused ones included; saturates at the largest bigint.';
+'Events recorded in the window (each call adds its cost), refused ones included unless record_refused is false; saturates at the largest bigint.';
 COMMENT ON COLUMN @extschema@.platformkit_limits.updated_at IS
 'Server clock when the last event was recorded.';
+COMMENT ON COLUMN @extschema@.platformkit_limits.blocked_until IS
+'While later than the server clock, the key is blocked: every call is refused and records nothing. Set by a refused call with block.';
 
 ALTER TABLE @extschema@.platformkit_limits ENABLE ROW LEVEL SECURITY;
 ALTER TABLE @extschema@.platformkit_limits FORCE ROW LEVEL SECURITY;
@@ -104,25 +109,54 @@ COMMENT ON FUNCTION @extschema@.pklimit_allow(pg_catalog.text) IS
 'Records one event for key under pklimit.default_max and pklimit.default_window; true if the key is still within the limit.';
 
 CREATE FUNCTION @extschema@.pklimit_allow(key pg_catalog.text,
-	max_count pg_catalog.int8, "window" pg_catalog.interval)
+	max_count pg_catalog.int8, "window" pg_catalog.interval,
+	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
+	block pg_catalog.interval DEFAULT NULL)
 RETURNS pg_catalog.bool
-AS 'MODULE_PATHNAME', 'pklimit_allow'
+AS 'MODULE_PATHNAME', 'pklimit_allow_0_2'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.pklimit_allow(pg_catalog.text, pg_catalog.int8, pg_catalog.interval) IS
-'Records one event for key; true if the count in the current fixed window, this event included, is at most max_count.';
+COMMENT ON FUNCTION @extschema@.pklimit_allow(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval) IS
+'Records cost events (default 1) for key; true if the key is not blocked and its count in the current fixed window, these events included, is at most max_count. record_refused => false: a refused call records nothing. block: a refusal blocks the key that long.';
 
 CREATE FUNCTION @extschema@.pklimit_check(key pg_catalog.text,
 	max_count pg_catalog.int8, "window" pg_catalog.interval,
+	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
+	block pg_catalog.interval DEFAULT NULL,
 	OUT allowed pg_catalog.bool, OUT count pg_catalog.int8,
 	OUT remaining pg_catalog.int8, OUT reset_at pg_catalog.timestamptz,
 	OUT retry_after pg_catalog.interval, OUT status pg_catalog.text)
 RETURNS record
-AS 'MODULE_PATHNAME', 'pklimit_check'
+AS 'MODULE_PATHNAME', 'pklimit_check_0_2'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.pklimit_check(pg_catalog.text, pg_catalog.int8, pg_catalog.interval) IS
-'Records one event for key like pklimit_allow and returns allowed, count, remaining, reset_at, retry_after and status for RateLimit and Retry-After headers.';
+COMMENT ON FUNCTION @extschema@.pklimit_check(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval) IS
+'The same call as pklimit_allow, returning allowed, count, remaining, reset_at, retry_after and status for RateLimit and Retry-After headers.';
+
+CREATE FUNCTION @extschema@.pklimit_check_all(keys pg_catalog.text[],
+	max_counts pg_catalog.int8[], windows pg_catalog.interval[],
+	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
+	block pg_catalog.interval DEFAULT NULL,
+	OUT key pg_catalog.text, OUT allowed pg_catalog.bool, OUT count pg_catalog.int8,
+	OUT remaining pg_catalog.int8, OUT reset_at pg_catalog.timestamptz,
+	OUT retry_after pg_catalog.interval, OUT status pg_catalog.text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pklimit_check_all'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_check_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval) IS
+'Several limits in one call, recorded together in one transaction or not at all: one row per key, in the order of the arrays, with the columns of pklimit_check. record_refused => false: nothing is recorded unless every limit allows.';
+
+CREATE FUNCTION @extschema@.pklimit_allow_all(keys pg_catalog.text[],
+	max_counts pg_catalog.int8[], windows pg_catalog.interval[],
+	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
+	block pg_catalog.interval DEFAULT NULL)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'pklimit_allow_all'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval) IS
+'Several limits in one call, as pklimit_check_all: true iff every limit allows.';
 
 CREATE FUNCTION @extschema@.pklimit_count(key pg_catalog.text)
 RETURNS pg_catalog.int8

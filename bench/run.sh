@@ -16,6 +16,9 @@
 #             baseline a user would otherwise write
 #   redis     INCR + PEXPIRE in one Lua script (redis-benchmark), when
 #             REDIS is not 0
+#   two limits  a request guarded by two limits (an account and an
+#             address): one pklimit_allow_all on both keys, recorded
+#             together, beside two pklimit_allow calls
 source "$(dirname "$0")/../scripts/common.sh"
 
 DURATION=${DURATION:-8}
@@ -73,6 +76,11 @@ script dblink_rb hot \
 	"BEGIN;" \
 	"SELECT * FROM dblink('c', format(\$q\$$(echo "$PLAIN" | sed "s/SELECT k,/SELECT %L,/" | tr '\n' ' ')\$q\$, 'hot')) AS t(count bigint);" \
 	"ROLLBACK;"
+script allow_all 100000 "\\set a random(1, 100000)" \
+	"SELECT pklimit_allow_all(ARRAY['acct' || :k, 'addr' || :a], ARRAY[1000000000, 1000000000], ARRAY['1 hour', '1 hour']::interval[]);"
+script two_singles 100000 "\\set a random(1, 100000)" \
+	"SELECT pklimit_allow('acct' || :k, 1000000000, '1 hour');" \
+	"SELECT pklimit_allow('addr' || :a, 1000000000, '1 hour');"
 script pklimit_1k 1000 "SELECT pklimit_allow('t' || :k, 1000000000, '1 hour');"
 script pklimit_1m 1000000 "SELECT pklimit_allow('t' || :k, 1000000000, '1 hour');"
 chown -R $RUN_AS "$B"
@@ -124,6 +132,17 @@ measure rb "$CLIENTS" 1 pklimit_rb dblink_rb
 echo "$CLIENTS clients, one hot key, inside transactions that roll back: calls/s"
 for s in pklimit_rb dblink_rb; do line "${s%_rb}" "${M[$s]}"; done
 RB=$(ratio "${M[pklimit_rb]}" "${M[dblink_rb]}")
+
+measure two "$CLIENTS" 1 allow_all two_singles
+echo "$CLIENTS clients over 100,000 keys, two limits per request: requests/s"
+line "pklimit_allow_all on both keys" "${M[allow_all]}"
+line "two pklimit_allow calls" "${M[two_singles]}"
+TWO=$(ratio "${M[allow_all]}" "${M[two_singles]}")
+measure twolat 1 2 allow_all two_singles
+echo "1 client, two limits per request: latency (ms)"
+line "pklimit_allow_all on both keys" "${M[allow_all]}"
+line "two pklimit_allow calls" "${M[two_singles]}"
+TWOLAT=$(ratio "${M[allow_all]}" "${M[two_singles]}")
 
 # table size: the same calls on a table of 1,000 keys and one of 1,000,000
 fill() {
@@ -190,5 +209,7 @@ line "100,000 keys, $CLIENTS clients: pklimit / plain (>= 1.5)" "$MANY"
 line "1 client latency: pklimit / plain (<= 1.25)" "$LAT"
 line "rolled back, hot key: pklimit / dblink (>= 5)" "$RB"
 line "1,000,000 keys / 1,000 keys (>= 0.8)" "$SIZE"
+line "two limits, $CLIENTS clients: allow_all / two calls, requests/s" "$TWO"
+line "two limits, 1 client latency: allow_all / two calls" "$TWOLAT"
 [ -n "${REDIS_RPS:-}" ] && line "hot key: pklimit / redis" "$(ratio "${M[pklimit_hot]}" "$REDIS_RPS")"
 exit 0

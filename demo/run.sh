@@ -8,8 +8,10 @@
 # never installed), and replays its failed logins through pklimit_allow from
 # two concurrent psql sessions standing in for two application replicas.  Then
 # a credential-stuffing burst on three accounts, a correct password
-# (pklimit_forget), and login transactions that roll back but still count.  It checks every answer and exits non-zero if pklimit let
-# through more or fewer attempts than the limit allows.
+# (pklimit_forget), login transactions that roll back but still count, and
+# a ban that outlasts its window (block).  It checks every answer and exits
+# non-zero if pklimit let through more or fewer attempts than the limit
+# allows.
 
 # shellcheck source=../scripts/common.sh
 source "$(dirname "$0")/../scripts/common.sh"
@@ -205,6 +207,32 @@ echo
 echo "4. three login transactions for dave (tenant acme) rolled back after a wrong password:"
 echo "   pklimit_count('login:dave') = $dave_count after the rollbacks; the fourth attempt: allowed = $dave_fourth"
 
+# 5. A ban that outlasts the window, as fail2ban's bantime beside findtime
+#    and maxretry: the most persistent sshd address again, 3 attempts per
+#    5-second window, and a refusal bans it for an hour.  Once the window
+#    has closed the address is still refused, its attempts not counted,
+#    while the same attempts without a ban are allowed again.
+addr=$(q -c "SELECT substr(key, 5) FROM demo_count WHERE phase = 'ssh' ORDER BY count DESC, key LIMIT 1")
+ban=$(q -v addr="$addr" <<'SQL'
+-- start at the beginning of a window, so that the attempts share one
+SELECT pg_sleep(5 - extract(epoch FROM clock_timestamp()) % 5) \g /dev/null
+CREATE TEMP TABLE ban AS
+SELECT k, i, c.* FROM unnest(ARRAY['sshban:' || :'addr', 'sshnoban:' || :'addr']) k,
+	generate_series(1, 4) i,	-- (i in the key's text makes one call per attempt)
+	LATERAL pklimit_check(k || left(i::text, 0), 3, '5 seconds', block => CASE WHEN k LIKE 'sshban:%' THEN interval '1 hour' END) c;
+SELECT pg_sleep(extract(epoch FROM max(reset_at) - clock_timestamp()) + 0.01) FROM ban WHERE k LIKE 'sshnoban:%' \g /dev/null
+SELECT string_agg(format('%s %s %s %s', (SELECT string_agg(allowed::text, ',' ORDER BY b.count) FROM ban b WHERE b.k = c.k),
+		c.allowed, c.count, round(extract(epoch FROM c.retry_after) / 60)), ' ' ORDER BY c.k)
+  FROM unnest(ARRAY['sshban:' || :'addr', 'sshnoban:' || :'addr']) k,
+	LATERAL (SELECT k, * FROM pklimit_check(k, 3, '5 seconds', block => CASE WHEN k LIKE 'sshban:%' THEN interval '1 hour' END)) c;
+SQL
+)
+read -r ban_first ban_after ban_count ban_minutes noban_first noban_after noban_count _ <<<"$ban"
+echo
+echo "5. a ban longer than the window for $addr: pklimit_check('sshban:<addr>', 3, '5 seconds', block => '1 hour')"
+echo "   four attempts: $ban_first (the fourth starts the ban); after the window: allowed = $ban_after, count = $ban_count, retry after $ban_minutes minutes"
+echo "   the same without block: $noban_first; after the window: allowed = $noban_after, count = $noban_count"
+
 # ---------------------------------------------------------------- check ----
 # For every key of phases 1 and 2: allowed = min(attempts, limit) and
 # pklimit_count = attempts.  Phase 3: forget said true, alice allowed with a
@@ -224,9 +252,12 @@ after_ok=$(q -c "
 			(SELECT count(*) + 1 FROM demo_attempt WHERE phase = 'login' AND key = 'login:bob')))")
 echo
 if [ "$bad" -eq 0 ] && [ "$after_ok" = t ] && [ "$forgot" = t ] &&
-	[ "$dave_count" = 3 ] && [ "$dave_fourth" = false ]; then
-	echo "OK: for all $nkeys keys ($nattempts attempts from 2 concurrent replicas) allowed = min(attempts, limit) and pklimit_count = attempts; forget re-opened alice only; rolled-back attempts counted"
+	[ "$dave_count" = 3 ] && [ "$dave_fourth" = false ] &&
+	[ "$ban_first" = true,true,true,false ] && [ "$ban_after" = false ] && [ "$ban_count" = 0 ] &&
+	[ "$ban_minutes" = 60 ] && [ "$noban_first" = true,true,true,false ] && [ "$noban_after" = true ] &&
+	[ "$noban_count" = 1 ]; then
+	echo "OK: for all $nkeys keys ($nattempts attempts from 2 concurrent replicas) allowed = min(attempts, limit) and pklimit_count = attempts; forget re-opened alice only; rolled-back attempts counted; the ban outlasted its window"
 else
-	echo "FAILED: $bad of $nkeys keys broke allowed = min(attempts, limit) or pklimit_count = attempts; forget returned $forgot; alice allowed / bob refused after forget: $after_ok; dave after 3 rolled-back attempts: count $dave_count, fourth allowed $dave_fourth"
+	echo "FAILED: $bad of $nkeys keys broke allowed = min(attempts, limit) or pklimit_count = attempts; forget returned $forgot; alice allowed / bob refused after forget: $after_ok; dave after 3 rolled-back attempts: count $dave_count, fourth allowed $dave_fourth; ban: $ban"
 	exit 1
 fi

@@ -3,7 +3,9 @@
 -- pklimit's writes or get around its row level security (INSERT, UPDATE,
 -- DELETE, TRUNCATE, REFERENCES, TRIGGER, and MAINTAIN from PostgreSQL 17:
 -- pklimit_grants_1.out) are left out, with a WARNING; every other table gets
--- the whole GRANT.  Nobody but the owner can LOCK the table.
+-- the whole GRANT.  Nobody but the owner can LOCK the table, directly or
+-- through a view, or name it where PostgreSQL locks it before checking
+-- privileges.
 
 CREATE ROLE regress_pklimit_app NOSUPERUSER NOBYPASSRLS;
 CREATE TABLE public.regress_orders (id int);
@@ -57,9 +59,38 @@ BEGIN;
 LOCK TABLE public.regress_orders IN EXCLUSIVE MODE;
 ROLLBACK;
 DELETE FROM platformkit_limits;
+-- nor through views, whose LOCK locks the table with their owner's
+-- privileges
+CREATE TEMP VIEW regress_limits_view AS SELECT * FROM platformkit_limits;
+CREATE TEMP VIEW regress_limits_view2 AS SELECT count(*) FROM regress_limits_view;
+BEGIN;
+LOCK regress_limits_view2 IN ACCESS EXCLUSIVE MODE;
+ROLLBACK;
+DROP VIEW regress_limits_view2, regress_limits_view;
 RESET ROLE;
 SELECT pklimit_count('grants-kept');
 SELECT pklimit_forget('grants-kept');
+-- nor name it in a statement that PostgreSQL would make wait for the
+-- table's lock before finding the role may not run it: a lock waiting for
+-- its turn behind any reader holds up every pklimit call
+SET ROLE regress_pklimit_app;
+CREATE RULE regress_nothing AS ON INSERT TO platformkit_limits DO INSTEAD NOTHING;
+CREATE TRIGGER regress_trigger BEFORE INSERT ON platformkit_limits
+  FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger();
+CREATE TEMP TABLE regress_parent (key text) PARTITION BY LIST (key);
+ALTER TABLE regress_parent ATTACH PARTITION platformkit_limits FOR VALUES IN ('x');
+CREATE TEMP TABLE regress_partition PARTITION OF platformkit_limits FOR VALUES IN ('x');
+CREATE FOREIGN TABLE regress_foreign PARTITION OF platformkit_limits FOR VALUES IN ('x') SERVER regress_nosuch;
+CREATE TEMP TABLE regress_child () INHERITS (platformkit_limits);
+CREATE TEMP TABLE regress_ref (key text REFERENCES platformkit_limits);
+CREATE TEMP TABLE regress_ref (key text, FOREIGN KEY (key) REFERENCES platformkit_limits);
+ALTER TABLE regress_parent ADD FOREIGN KEY (key) REFERENCES platformkit_limits;
+ALTER INDEX platformkit_limits_pkey DEPENDS ON EXTENSION pklimit;
+-- other tables are not concerned
+ALTER TABLE regress_parent ADD PRIMARY KEY (key);
+CREATE TEMP TABLE regress_ref (key text REFERENCES regress_parent);
+DROP TABLE regress_ref, regress_parent;
+RESET ROLE;
 -- the owner can
 BEGIN;
 LOCK TABLE platformkit_limits IN EXCLUSIVE MODE;

@@ -117,6 +117,13 @@ CREATE EXTENSION pklimit;
 DROP FUNCTION public.pklimit_allow(text, integer, interval);
 DROP FUNCTION public.pklimit_check(text, integer, interval);
 DROP TYPE public.pklimit_count;
+-- and the names of its indexes, which would be taken or renamed
+SET ROLE regress_pklimit_shadow;
+CREATE TABLE public.decoy (k text);
+CREATE INDEX platformkit_limits_pkey ON public.decoy (k);
+RESET ROLE;
+CREATE EXTENSION pklimit;
+DROP TABLE public.decoy;
 \set SHOW_CONTEXT errors
 -- nothing planted: it installs, and owns what it created (its warning
 -- about pg_cron depends on the server's set-up)
@@ -158,7 +165,7 @@ SELECT count(*) AS grants_to_others FROM information_schema.role_table_grants
  WHERE table_name IN ('platformkit_limits', 'pklimit_purge_status')
    AND grantee IN ('regress_pklimit_shadow', 'PUBLIC');
 SELECT has_function_privilege('regress_pklimit_shadow', 'pklimit_purge(interval)', 'EXECUTE') AS may_purge,
-       has_function_privilege('regress_pklimit_shadow', 'pklimit_allow(text,bigint,interval)', 'EXECUTE') AS may_allow,
+       has_function_privilege('regress_pklimit_shadow', 'pklimit_allow(text,bigint,interval,bigint,boolean,interval)', 'EXECUTE') AS may_allow,
        has_table_privilege('pg_monitor', 'pklimit_purge_status', 'SELECT') AS monitor_reads_status;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON TABLES FROM regress_pklimit_shadow;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON TABLES FROM PUBLIC;

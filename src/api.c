@@ -1,12 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * api.c
- *		The SQL-callable functions: each checks its arguments (bad input is
- *		always an ERROR, raised before anything is recorded), builds the
- *		stored key (key.c), hands one request to the database's worker
- *		through the queue (queue.c) and turns the answer into its result.
- *		What to answer when the worker cannot be reached is decided here, by
- *		pklimit.on_unavailable.  Nothing here touches the table.
+ *		What the SQL-callable functions share: argument checks (bad input is
+ *		always an ERROR, raised before anything is recorded), handing
+ *		requests to the database's worker through the queue (queue.c), and
+ *		what to answer when the worker cannot be reached, as
+ *		pklimit.on_unavailable says; and the functions that only read or
+ *		forget a key.  The recording calls are check.c's.  Nothing here
+ *		touches the table.
  *
  *-------------------------------------------------------------------------
  */
@@ -31,7 +32,10 @@
 #define MAX_WINDOW_YEARS 10000
 #define MAX_WINDOW_USEC ((int64) MAX_WINDOW_DAYS * USECS_PER_DAY)
 
-/* What is wrong with a window, as its argument's error says it. */
+/*
+ * What is wrong with a window, as its argument's error says it: the message
+ * follows the argument's name, and %s in the hint is that name.
+ */
 typedef struct WindowProblem
 {
 	const char *message;
@@ -41,22 +45,22 @@ typedef struct WindowProblem
 
 static const WindowProblem window_problems[] = {
 	[PKLIMIT_WINDOW_INFINITE] = {
-		"window must be finite", NULL,
-		"Give the window in days, hours, minutes or seconds, for example '15 minutes'."
+		"must be finite", NULL,
+		"Give the %s in days, hours, minutes or seconds, for example '15 minutes'."
 	},
 	[PKLIMIT_WINDOW_MONTHS] = {
-		"window must not contain months or years",
+		"must not contain months or years",
 		"Months and years have no fixed length.",
-		"Give the window in days, hours, minutes or seconds, for example '30 days'."
+		"Give the %s in days, hours, minutes or seconds, for example '30 days'."
 	},
 	[PKLIMIT_WINDOW_TOO_LONG] = {
-		"window is too long", NULL,
-		"The longest window is " CppAsString2(MAX_WINDOW_YEARS) " years ("
+		"is too long", NULL,
+		"The longest %s is " CppAsString2(MAX_WINDOW_YEARS) " years ("
 		CppAsString2(MAX_WINDOW_DAYS) " days)."
 	},
 	[PKLIMIT_WINDOW_NOT_POSITIVE] = {
-		"window must be positive", NULL,
-		"Give a window longer than zero, for example '15 minutes'."
+		"must be positive", NULL,
+		"Give a %s longer than zero, for example '15 minutes'."
 	},
 };
 
@@ -88,12 +92,12 @@ pklimit_window_guc_error(PklimitWindowCheck problem)
 {
 	const WindowProblem *p = &window_problems[problem];
 
-	GUC_check_errdetail("The %s.", p->message);
-	GUC_check_errhint("%s", p->hint);
+	GUC_check_errdetail("The window %s.", p->message);
+	GUC_check_errhint(p->hint, "window");
 }
 
-static void
-check_not_null(FunctionCallInfo fcinfo, int argno, const char *what)
+void
+pklimit_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *what)
 {
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
@@ -101,55 +105,57 @@ check_not_null(FunctionCallInfo fcinfo, int argno, const char *what)
 				 errmsg("%s must not be null", what)));
 }
 
-static char *
-stored_key_arg(FunctionCallInfo fcinfo)
+/* The stored key of a key the caller gave: not empty; what names it. */
+char *
+pklimit_key_value(text *key, const char *what)
 {
-	text	   *key;
-
-	check_not_null(fcinfo, 0, "key");
-	key = PG_GETARG_TEXT_PP(0);
 	if (VARSIZE_ANY_EXHDR(key) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("key must not be empty")));
+				 errmsg("%s must not be empty", what)));
 	return pklimit_stored_key(key);
 }
 
-static int64
-max_count_arg(FunctionCallInfo fcinfo)
+/* A max_count the caller gave: 0 or more. */
+int64
+pklimit_max_count_value(int64 max_count, const char *what)
 {
-	int64		max_count;
-
-	check_not_null(fcinfo, 1, "max_count");
-	max_count = PG_GETARG_INT64(1);
 	if (max_count < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_count must not be negative"),
-				 errdetail("max_count is " INT64_FORMAT ".", max_count)));
+				 errmsg("%s must not be negative", what),
+				 errdetail("%s is " INT64_FORMAT ".", what, max_count)));
 	return max_count;
 }
 
-/* The window's length in microseconds. */
-static int64
-window_arg(FunctionCallInfo fcinfo)
+/*
+ * A window (or a block: what names it) the caller gave, in microseconds:
+ * days count as 24 hours.
+ */
+int64
+pklimit_window_value(const Interval *window, const char *what)
 {
 	int64		usec;
-	PklimitWindowCheck problem;
+	PklimitWindowCheck problem = pklimit_window_usec(window, &usec);
 
-	check_not_null(fcinfo, 2, "window");
-	problem = pklimit_window_usec(PG_GETARG_INTERVAL_P(2), &usec);
 	if (problem != PKLIMIT_WINDOW_OK)
 	{
 		const WindowProblem *p = &window_problems[problem];
 
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s", p->message),
+				 errmsg("%s %s", what, p->message),
 				 p->detail ? errdetail("%s", p->detail) : 0,
-				 errhint("%s", p->hint)));
+				 errhint(p->hint, what)));
 	}
 	return usec;
+}
+
+static char *
+stored_key_arg(FunctionCallInfo fcinfo)
+{
+	pklimit_arg_not_null(fcinfo, 0, "key");
+	return pklimit_key_value(PG_GETARG_TEXT_PP(0), "key");
 }
 
 void
@@ -164,27 +170,37 @@ pklimit_check_preloaded(void)
 }
 
 /*
- * Hand one request to this database's worker and wait for the answer,
- * within pklimit.timeout.  The request's kind and arguments are set; its
- * database, schema and deadline are set here.
+ * Hand n requests (one, or the requests of one group) to this database's
+ * worker and wait for their answers, within pklimit.timeout.  The requests'
+ * kind and arguments are set; their database, schema, group and deadline
+ * are set here.
  */
 void
-pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *request,
-			PklimitAnswer *answer)
+pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
+			PklimitAnswer *answers, int n)
 {
+	Oid			nspid;
+	TimestampTz deadline;
+
 	pklimit_check_preloaded();
-	memset(answer, 0, sizeof(*answer));
+	memset(answers, 0, sizeof(PklimitAnswer) * n);
 	if (RecoveryInProgress())
 	{
-		answer->status = PKLIMIT_READ_ONLY;
+		for (int i = 0; i < n; i++)
+			answers[i].status = PKLIMIT_READ_ONLY;
 		return;
 	}
-	request->dboid = MyDatabaseId;
-	request->nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
-	request->deadline = GetCurrentTimestamp() +
-		(TimestampTz) pklimit_timeout * 1000;
-	pklimit_submit(request, answer);
-	if (answer->status == PKLIMIT_OK && answer->unreplicated)
+	nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+	deadline = GetCurrentTimestamp() + (TimestampTz) pklimit_timeout * 1000;
+	for (int i = 0; i < n; i++)
+	{
+		requests[i].dboid = MyDatabaseId;
+		requests[i].nspid = nspid;
+		requests[i].deadline = deadline;
+		requests[i].group_size = n;
+	}
+	pklimit_submit(requests, answers, n);
+	if (answers[0].status == PKLIMIT_OK && answers[0].unreplicated)
 		ereport(WARNING,
 				(errmsg("pklimit's commit of this call was not confirmed by the synchronous standby"),
 				 errdetail("The pklimit worker stopped waiting for the standby: the call is committed locally, but might not have been replicated.")));
@@ -193,15 +209,14 @@ pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *request,
 /* One operation on one stored key. */
 static void
 run_on_key(FunctionCallInfo fcinfo, PklimitOpKind kind,
-		   const char *stored_key, int64 window_usec, PklimitAnswer *answer)
+		   const char *stored_key, PklimitAnswer *answer)
 {
 	PklimitRequest request;
 
 	memset(&request, 0, sizeof(request));
 	request.kind = kind;
-	request.window_usec = window_usec;
 	strlcpy(request.key, stored_key, sizeof(request.key));
-	pklimit_run(fcinfo, &request, answer);
+	pklimit_run(fcinfo, &request, answer, 1);
 }
 
 const char *
@@ -231,7 +246,7 @@ pklimit_status_name(PklimitStatus status)
 
 /* Why the store could not be reached: the SQLSTATE and a detail. */
 static int
-unavailable_reason(const PklimitAnswer *answer, PklimitCall call,
+unavailable_reason(const PklimitAnswer *answer, PklimitCaller caller,
 				   char **detail)
 {
 	switch (answer->status)
@@ -251,7 +266,7 @@ unavailable_reason(const PklimitAnswer *answer, PklimitCall call,
 			*detail = pstrdup("The server is a hot standby or refused the write as read-only; pklimit records events on the primary.");
 			return ERRCODE_READ_ONLY_SQL_TRANSACTION;
 		case PKLIMIT_LOCK_TIMEOUT:
-			if (call == PKLIMIT_CALL_PURGES)
+			if (caller == PKLIMIT_CALL_PURGES)
 				*detail = psprintf("A row the purge had to delete, or the table, stayed locked by another transaction for %d seconds.",
 								   PKLIMIT_PURGE_LOCK_SECONDS);
 			else
@@ -274,11 +289,11 @@ unavailable_reason(const PklimitAnswer *answer, PklimitCall call,
  * to give instead: true (allow) or false (deny).
  */
 bool
-pklimit_unavailable(const PklimitAnswer *answer, PklimitCall call)
+pklimit_unavailable(const PklimitAnswer *answer, PklimitCaller caller)
 {
-	bool		force_error = (call == PKLIMIT_CALL_PURGES);
+	bool		force_error = (caller == PKLIMIT_CALL_PURGES);
 	char	   *detail;
-	int			sqlstate = unavailable_reason(answer, call, &detail);
+	int			sqlstate = unavailable_reason(answer, caller, &detail);
 	const char *outcome;
 
 	/* a purge reports its own failure as the error it was */
@@ -294,7 +309,7 @@ pklimit_unavailable(const PklimitAnswer *answer, PklimitCall call)
 				 errmsg("pklimit store unavailable: %s",
 						pklimit_status_name(answer->status)),
 				 errdetail_internal("%s", detail)));
-	if (call == PKLIMIT_CALL_READS)
+	if (caller == PKLIMIT_CALL_READS)
 		outcome = "The call returned NULL.";
 	else if (pklimit_on_unavailable == PKLIMIT_ON_UNAVAILABLE_ALLOW)
 		outcome = "The call was allowed, as pklimit.on_unavailable says.";
@@ -310,91 +325,13 @@ pklimit_unavailable(const PklimitAnswer *answer, PklimitCall call)
 }
 
 /*
- * Record one event.  Returns true iff the count, this event included, is
- * within max_count, or what pklimit.on_unavailable says if the store could
- * not be reached (answer->status tells which).
- */
-static bool
-hit(FunctionCallInfo fcinfo, const char *stored_key, int64 max_count,
-	int64 window_usec, PklimitAnswer *answer)
-{
-	run_on_key(fcinfo, PKLIMIT_OP_HIT, stored_key, window_usec, answer);
-	if (answer->status != PKLIMIT_OK)
-		return pklimit_unavailable(answer, PKLIMIT_CALL_DECIDES);
-	return answer->result.count <= max_count;
-}
-
-PG_FUNCTION_INFO_V1(pklimit_allow_default);
-Datum
-pklimit_allow_default(PG_FUNCTION_ARGS)
-{
-	char	   *stored_key = stored_key_arg(fcinfo);
-	PklimitAnswer answer;
-
-	PG_RETURN_BOOL(hit(fcinfo, stored_key, pklimit_default_max,
-					   pklimit_default_window_usec, &answer));
-}
-
-PG_FUNCTION_INFO_V1(pklimit_allow);
-Datum
-pklimit_allow(PG_FUNCTION_ARGS)
-{
-	char	   *stored_key = stored_key_arg(fcinfo);
-	int64		max_count = max_count_arg(fcinfo);
-	int64		window_usec = window_arg(fcinfo);
-	PklimitAnswer answer;
-
-	PG_RETURN_BOOL(hit(fcinfo, stored_key, max_count, window_usec, &answer));
-}
-
-/*
- * Like pklimit_allow, with the values of RateLimit and Retry-After headers.
- * When the store was not reached, only allowed and status are set.
- */
-PG_FUNCTION_INFO_V1(pklimit_check);
-Datum
-pklimit_check(PG_FUNCTION_ARGS)
-{
-	char	   *stored_key = stored_key_arg(fcinfo);
-	int64		max_count = max_count_arg(fcinfo);
-	int64		window_usec = window_arg(fcinfo);
-	PklimitAnswer answer;
-	PklimitResult *result = &answer.result;
-	TupleDesc	tupdesc;
-	Datum		values[6];
-	bool		nulls[6] = {0};
-	bool		allowed;
-	Interval   *retry_after = palloc0(sizeof(Interval));
-
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
-	allowed = hit(fcinfo, stored_key, max_count, window_usec, &answer);
-	values[0] = BoolGetDatum(allowed);
-	values[5] = CStringGetTextDatum(pklimit_status_name(answer.status));
-	if (answer.status == PKLIMIT_OK)
-	{
-		if (!allowed)
-			retry_after->time = result->window_end - result->event_at;
-		values[1] = Int64GetDatum(result->count);
-		values[2] = Int64GetDatum(allowed ? max_count - result->count : 0);
-		values[3] = TimestampTzGetDatum(result->window_end);
-		values[4] = IntervalPGetDatum(retry_after);
-	}
-	else
-		nulls[1] = nulls[2] = nulls[3] = nulls[4] = true;
-
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
-}
-
-/*
  * A count or a forget of the key: false, after the warning (or the error)
  * pklimit.on_unavailable asks for, if the store was not reached.
  */
 static bool
 key_call(FunctionCallInfo fcinfo, PklimitOpKind kind, PklimitAnswer *answer)
 {
-	run_on_key(fcinfo, kind, stored_key_arg(fcinfo), 0, answer);
+	run_on_key(fcinfo, kind, stored_key_arg(fcinfo), answer);
 	if (answer->status == PKLIMIT_OK)
 		return true;
 	(void) pklimit_unavailable(answer, PKLIMIT_CALL_READS);

@@ -7,19 +7,20 @@
  *		statements themselves are store.c's, and which entries to try when is
  *		worker.c's.
  *
- * Entries are applied in arrival order in one transaction, one statement per
- * unit: consecutive hits on one key fold into one row update
- * (the rules of each kind are in pklimit.h), and each caller gets exactly the
- * answer serial execution would give.  Every statement touches one key, so
- * the table stays distributable by key.
+ * Entries are applied in arrival order in one transaction, unit by unit
+ * (unit.c): consecutive hits on one key fold into one row update, the
+ * requests of one call on several keys are applied together (the rules of
+ * each kind are in pklimit.h), and each caller gets exactly the answer
+ * serial execution would give.  Every statement touches one key, so the
+ * table stays distributable by key.
  *
  * A row lock is waited for only as long as the lock wait the worker set:
  * PKLIMIT_BATCH_LOCK_MS for new entries, PKLIMIT_RETRY_LOCK_MS for a retry
  * and after the first lock timeout.  The entries on a locked key are set
  * aside and the rest commits without them.  A table locked as a whole sets
- * aside the writes.  After any other failure each entry is tried in a
- * transaction of its own, so one bad request cannot spoil its neighbours'
- * answers.
+ * aside the writes.  A group is set aside, or tried, as a whole.  After any
+ * other failure each entry (each group) is tried in a transaction of its
+ * own, so one bad request cannot spoil its neighbours' answers.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,11 +45,10 @@
 /* Time kept in hand for an answer to reach a caller before its deadline. */
 #define ANSWER_MS 5
 
-/* The units of one transaction: each applied by one statement. */
+/* The units of one transaction, each applied by unit.c. */
 typedef struct Unit
 {
-	PklimitEntry *head;			/* its first entry, whose request it applies */
-	int			size;			/* entries folded into it */
+	PklimitEntry *head;			/* its first entry */
 	bool		open;			/* a later entry may still fold into it */
 } Unit;
 
@@ -194,9 +194,9 @@ pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b)
  * may wait PKLIMIT_BATCH_LOCK_MS for a lock first), and the answer after it.
  */
 bool
-pklimit_worth_retrying(TimestampTz deadline)
+pklimit_worth_retrying(TimestampTz deadline, TimestampTz now)
 {
-	return (deadline - GetCurrentTimestamp()) / 1000 >
+	return (deadline - now) / 1000 >
 		2 * PKLIMIT_RETRY_MS + PKLIMIT_BATCH_LOCK_MS + ANSWER_MS;
 }
 
@@ -215,12 +215,13 @@ pklimit_set_lock_wait(int ms)
 }
 
 /*
- * Group the n entries into units applied by one statement each:
- * consecutive entries of a folding kind on one key fold, as long as no other
- * entry on that key comes between them and none is marked unfold.  Their
- * window lengths may differ: a key has one window at a time, so they all
- * count in the window the first of them finds open or starts.  Each entry's unit is set; returns the number of units, which keep
- * the order of their first entry.
+ * Group the n entries into units applied together (unit.c): consecutive
+ * entries of a folding kind on one key fold, as long as no other entry on
+ * that key comes between them and none is marked unfold (their window
+ * lengths may differ: a key has one window at a time, so they all count in
+ * the window the first of them finds open or starts); the requests of one
+ * group make one unit.  Each entry's unit is set; returns the number of
+ * units, which keep the order of their first entry.
  */
 static int
 fold(PklimitEntry **entries, int n, Unit *units)
@@ -237,9 +238,11 @@ fold(PklimitEntry **entries, int n, Unit *units)
 		{
 			const PklimitRequest *head = &units[v].head->request;
 
-			if (!units[v].open || !pklimit_same_key(head, &e->request))
+			if (e->request.group != 0 && head->group == e->request.group)
+				u = v;			/* one group, one unit */
+			else if (!units[v].open || !pklimit_same_key(head, &e->request))
 				continue;
-			if (folds && head->kind == e->request.kind)
+			else if (folds && head->kind == e->request.kind)
 				u = v;
 			else
 				units[v].open = false;	/* a later entry must not jump over e */
@@ -248,76 +251,24 @@ fold(PklimitEntry **entries, int n, Unit *units)
 		{
 			u = nunits++;
 			units[u].head = e;
-			units[u].size = 0;
 			units[u].open = folds;
 		}
 		e->unit = u;
-		units[u].size++;
 	}
 	return nunits;
 }
 
-/* Apply one unit as the table's owner, so row level security applies. */
-static void
-apply_unit(const Unit *unit, Oid owner, PklimitResult *result)
-{
-	const PklimitRequest *r = &unit->head->request;
-	Oid			save_userid;
-	int			save_sec_context;
-
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(owner,
-						   save_sec_context |
-						   SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	pklimit_store_apply(r->nspid, r->kind, r->key, r->window_usec, unit->size,
-						result);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
-}
-
 /*
- * Answer the entries of unit u from its result, as serial execution would:
- * the k-th of m folded events gets the count after its own event.  A folded
- * unit whose count comes back at the largest bigint does not say where it
- * started, so its events cannot get their own counts: they are marked
- * unfold instead, and false is returned.
- */
-static bool
-answer_unit(PklimitEntry **entries, int n, const Unit *units, int u,
-			const PklimitResult *result)
-{
-	int			k = 0;
-
-	if (units[u].size > 1 && result->count == PG_INT64_MAX)
-	{
-		for (int j = 0; j < n; j++)
-			if (entries[j]->unit == u)
-				entries[j]->unfold = true;
-		return false;
-	}
-	for (int j = 0; j < n; j++)
-	{
-		PklimitAnswer *a = &entries[j]->answer;
-
-		if (entries[j]->unit != u)
-			continue;
-		memset(a, 0, sizeof(*a));
-		a->status = PKLIMIT_OK;
-		a->result = *result;
-		a->result.count = result->count - units[u].size + (++k);
-	}
-	return true;
-}
-
-/*
- * After a lock timeout on unit u's key: mark the entries that would meet
- * the same locked row, every write on that key (and its counts too if a
- * count is what met it).
+ * After a lock timeout met by request met: mark the entries that would meet
+ * the same locked row (every write on that key, and its reads too if a read
+ * is what met it), and with each marked entry the rest of its group and the
+ * writes on their keys, so no write jumps over one set aside.
  */
 static void
 mark_locked(PklimitEntry **entries, int n, const PklimitRequest *met)
 {
 	bool		met_by_read = !pklimit_op_rules(met->kind).writes;
+	bool		changed = true;
 
 	for (int j = 0; j < n; j++)
 	{
@@ -326,46 +277,68 @@ mark_locked(PklimitEntry **entries, int n, const PklimitRequest *met)
 		entries[j]->locked = pklimit_same_key(r, met) &&
 			(pklimit_op_rules(r->kind).writes || met_by_read);
 	}
+	while (changed)
+	{
+		changed = false;
+		for (int j = 0; j < n; j++)
+		{
+			const PklimitRequest *r = &entries[j]->request;
+
+			for (int k = 0; k < n && !entries[j]->locked; k++)
+			{
+				const PklimitRequest *o = &entries[k]->request;
+
+				if (entries[k]->locked &&
+					((r->group != 0 && r->group == o->group) ||
+					 (pklimit_op_rules(r->kind).writes &&
+					  pklimit_op_rules(o->kind).writes && pklimit_same_key(r, o))))
+					changed = entries[j]->locked = true;
+			}
+		}
+	}
 }
 
 /*
  * Apply the n entries in one transaction and answer each.  Otherwise every
  * answer says why, and on APPLY_LOCKED the entries that met the locked row
  * are marked locked.  If probe_table, a table locked by another transaction
- * is found first, without waiting (APPLY_TABLE_LOCKED).
+ * is found first, without waiting (APPLY_TABLE_LOCKED).  The statements run
+ * as the table's owner, so its privileges and row level security apply.
  */
 static Outcome
 apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 					 MemoryContext memory_context)
 {
 	volatile Outcome outcome = APPLY_COMMITTED;
-	volatile int current = 0;
 	Unit		units[PKLIMIT_BATCH_MAX];
 	int			nunits = fold(entries, n, units);
 
 	PG_TRY();
 	{
-		Oid			owner_nspid = InvalidOid;
-		Oid			owner = InvalidOid;
+		PklimitTable table = {0};
+		Oid			save_userid;
+		int			save_sec_context;
 
 		pklimit_begin_transaction("pklimit: applying queued requests");
 		if (probe_table && !pklimit_store_table_free(entries[0]->request.nspid))
 			outcome = APPLY_TABLE_LOCKED;
-
+		GetUserIdAndSecContext(&save_userid, &save_sec_context);
+		pklimit_unit_current = &entries[0]->request;
 		for (int u = 0; u < nunits && outcome == APPLY_COMMITTED; u++)
 		{
-			PklimitResult result;
-
-			current = u;
-			if (units[u].head->request.nspid != owner_nspid)
+			if (units[u].head->request.nspid != table.nspid)
 			{
-				owner_nspid = units[u].head->request.nspid;
-				owner = pklimit_store_owner(owner_nspid);
+				SetUserIdAndSecContext(save_userid, save_sec_context);
+				pklimit_store_open(units[u].head->request.nspid, &table);
+				SetUserIdAndSecContext(table.owner,
+									   save_sec_context |
+									   SECURITY_LOCAL_USERID_CHANGE |
+									   SECURITY_RESTRICTED_OPERATION);
 			}
-			apply_unit(&units[u], owner, &result);
-			if (!answer_unit(entries, n, units, u, &result))
+			if (!pklimit_apply_unit(entries, n, u, &table))
 				outcome = APPLY_UNFOLD;
 		}
+		SetUserIdAndSecContext(save_userid, save_sec_context);
 
 		if (outcome != APPLY_COMMITTED)
 			rollback_transaction();
@@ -382,7 +355,7 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
 		{
 			outcome = APPLY_LOCKED;
-			mark_locked(entries, n, &units[current].head->request);
+			mark_locked(entries, n, pklimit_unit_current);
 		}
 		else
 		{
@@ -422,7 +395,7 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
 		if (e->locked)
 		{
 			pklimit_entry_answer(e, PKLIMIT_LOCK_TIMEOUT);
-			if (pklimit_worth_retrying(e->request.deadline))
+			if (pklimit_worth_retrying(e->request.deadline, now))
 				e->state = ENTRY_SET_ASIDE;
 		}
 		else if (e->request.deadline <= now)
@@ -475,11 +448,18 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 			continue;			/* again, without folding what saturated */
 		if (outcome == APPLY_FAILED)
 		{
-			/* one by one, so one bad request spoils no other's answer */
-			if (nlive > 1)
-				for (int j = 0; j < nlive; j++)
-					(void) apply_in_transaction(&entries[j], 1, false,
-												memory_context);
+			/*
+			 * One by one (a group as one), so one bad request spoils no
+			 * other's answer.
+			 */
+			for (int j = 0, k; j < nlive && nlive > 1; j += k)
+			{
+				for (k = 1; j + k < nlive && entries[j]->request.group != 0 &&
+					 entries[j + k]->request.group == entries[j]->request.group;)
+					k++;
+				(void) apply_in_transaction(&entries[j], k, false,
+											memory_context);
+			}
 			break;
 		}
 		/* a table locked as a whole holds up its writes, not its reads */

@@ -63,6 +63,11 @@
 #define pklimit_guc_malloc(size)	malloc(size)
 #endif
 
+/* transaction_timeout, a setting the worker pins, exists from 17. */
+#if PG_VERSION_NUM >= 170000
+#define PKLIMIT_HAS_TRANSACTION_TIMEOUT 1
+#endif
+
 /* Intervals can be infinite from PostgreSQL 17. */
 #ifdef INTERVAL_NOT_FINITE
 #define pklimit_interval_is_finite(i)	(!INTERVAL_NOT_FINITE(i))

@@ -4,8 +4,11 @@
  *		The ProcessUtility guards, installed at preload: statements that need
  *		a database to themselves make its worker leave first; DROP EXTENSION
  *		pklimit takes its pg_cron job with it; a GRANT that would get around
- *		the row level security of pklimit's table is refused.  Nothing here
- *		records events or touches the queue but to ask a worker to leave.
+ *		the row level security of pklimit's table is refused, and so is, to
+ *		anyone but the table's owner, a statement that would lock the table
+ *		against pklimit's writes.  The object access hook keeps pklimit's
+ *		names in its schema pklimit's.  Nothing here records events or
+ *		touches the queue but to ask a worker to leave.
  *
  *-------------------------------------------------------------------------
  */
@@ -16,6 +19,7 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/dependency.h"
+#include "catalog/index.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
 #include "catalog/objectaccess.h"
@@ -25,13 +29,17 @@
 #include "catalog/pg_depend.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_rewrite.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "commands/extension.h"
+#include "commands/tablespace.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "rewrite/rewriteSupport.h"
+#include "tcop/cmdtag.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -266,28 +274,161 @@ table_owner(Oid relid)
 }
 
 /*
- * LOCK TABLE on pklimit's table by anyone but its owner (or a superuser):
- * a lock held in an open transaction would make every call fail open for as
- * long as it is held.
+ * Does a lock on relid lock pklimit's table: is it the table, or a view that
+ * reads it?  LOCK on a view locks the relations the view reads, checking the
+ * view owner's privileges, which a member of pg_write_all_data or
+ * pg_maintain has.
  */
-static void
-guard_lock(Node *parsetree)
+static bool
+locks_table(Oid relid, Oid table)
 {
-	Oid			relid;
+	HeapTuple	tuple;
+	Oid			rule;
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key[2];
+	bool		found = false;
+
+	check_stack_depth();
+	if (relid == table)
+		return true;
+	if (get_rel_relkind(relid) != RELKIND_VIEW)
+		return false;
+	tuple = SearchSysCache2(RULERELNAME, ObjectIdGetDatum(relid),
+							CStringGetDatum(ViewSelectRuleName));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	rule = ((Form_pg_rewrite) GETSTRUCT(tuple))->oid;
+	ReleaseSysCache(tuple);
+
+	/* the relations the view's query reads are what its rule depends on */
+	rel = table_open(DependRelationId, AccessShareLock);
+	ScanKeyInit(&key[0], Anum_pg_depend_classid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(RewriteRelationId));
+	ScanKeyInit(&key[1], Anum_pg_depend_objid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(rule));
+	scan = systable_beginscan(rel, DependDependerIndexId, true, NULL, 2, key);
+	while (!found && HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		Form_pg_depend dep = (Form_pg_depend) GETSTRUCT(tuple);
+
+		found = (dep->refclassid == RelationRelationId &&
+				 dep->refobjid != relid && locks_table(dep->refobjid, table));
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/* The table a foreign key of a constraint or column references, if any. */
+static List *
+referenced(Node *node, List *names)
+{
 	ListCell   *lc;
 
-	if (!IsA(parsetree, LockStmt) || !OidIsValid(relid = pklimit_table()))
-		return;
-	foreach(lc, ((LockStmt *) parsetree)->relations)
-	{
-		RangeVar   *rv = lfirst_node(RangeVar, lc);
+	if (node != NULL && IsA(node, Constraint) &&
+		((Constraint *) node)->contype == CONSTR_FOREIGN)
+		return lappend(names, ((Constraint *) node)->pktable);
+	if (node != NULL && IsA(node, ColumnDef))
+		foreach(lc, ((ColumnDef *) node)->constraints)
+			names = referenced(lfirst(lc), names);
+	return names;
+}
 
-		if (RangeVarGetRelid(rv, NoLock, true) == relid &&
-			!has_privs_of_role(GetUserId(), table_owner(relid)))
+/*
+ * The relations a statement locks before it checks the privileges needed on
+ * them, in a mode that would hold up pklimit's writes: the relation of CREATE
+ * RULE and CREATE TRIGGER, a parent or partition in CREATE [FOREIGN] TABLE
+ * and ALTER TABLE, a table that a foreign key references, and what ALTER ... DEPENDS
+ * ON EXTENSION names.  LOCK is checked apart, with views.
+ */
+static List *
+locked_before_checked(Node *parsetree)
+{
+	List	   *names = NIL;
+	ListCell   *lc;
+
+	switch (nodeTag(parsetree))
+	{
+		case T_RuleStmt:
+			return list_make1(((RuleStmt *) parsetree)->relation);
+		case T_CreateTrigStmt:
+			return list_make1(((CreateTrigStmt *) parsetree)->relation);
+		case T_AlterObjectDependsStmt:
+			if (((AlterObjectDependsStmt *) parsetree)->relation != NULL)
+				names = list_make1(((AlterObjectDependsStmt *) parsetree)->relation);
+			return names;
+		case T_CreateStmt:
+		case T_CreateForeignTableStmt:	/* a CreateStmt, and more */
+			{
+				CreateStmt *stmt = (CreateStmt *) parsetree;
+
+				names = list_copy(stmt->inhRelations);
+				foreach(lc, stmt->tableElts)
+					names = referenced(lfirst(lc), names);
+				foreach(lc, stmt->constraints)
+					names = referenced(lfirst(lc), names);
+				return names;
+			}
+		case T_AlterTableStmt:
+			foreach(lc, ((AlterTableStmt *) parsetree)->cmds)
+			{
+				Node	   *def = lfirst_node(AlterTableCmd, lc)->def;
+
+				if (def != NULL && IsA(def, PartitionCmd))
+					names = lappend(names, ((PartitionCmd *) def)->name);
+				else if (def != NULL && IsA(def, RangeVar))
+					names = lappend(names, def);	/* [NO] INHERIT */
+				else
+					names = referenced(def, names);
+			}
+			return names;
+		default:
+			return NIL;
+	}
+}
+
+/*
+ * Only the owner of pklimit's table (or a superuser) may lock it or name it
+ * where PostgreSQL takes its lock before checking privileges: a lock held in
+ * an open transaction, or one merely waiting for its turn behind a reader,
+ * holds up every pklimit call for as long as it lasts.
+ */
+static void
+guard_table(Node *parsetree)
+{
+	Oid			table = pklimit_table();
+	ListCell   *lc;
+
+	if (!OidIsValid(table) || has_privs_of_role(GetUserId(), table_owner(table)))
+		return;
+	if (IsA(parsetree, LockStmt))
+	{
+		foreach(lc, ((LockStmt *) parsetree)->relations)
+		{
+			Oid			relid = RangeVarGetRelid(lfirst_node(RangeVar, lc), NoLock, true);
+
+			if (OidIsValid(relid) && locks_table(relid, table))
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("only the owner of pklimit's table \"platformkit_limits\" can lock it"),
+						 errdetail("A lock on the table would hold up every pklimit call for as long as it is held."),
+						 relid != table ? errhint("Locking view \"%s\" locks the table.", get_rel_name(relid)) : 0));
+		}
+		return;
+	}
+	foreach(lc, locked_before_checked(parsetree))
+	{
+		Oid			relid = RangeVarGetRelid(lfirst_node(RangeVar, lc), NoLock, true);
+
+		if (OidIsValid(relid) && get_rel_relkind(relid) == RELKIND_INDEX)
+			relid = IndexGetRelation(relid, false);
+		if (relid == table)
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("only the owner of pklimit's table \"platformkit_limits\" can lock it"),
-					 errdetail("A lock on the table would hold up every pklimit call for as long as it is held.")));
+					 errmsg("only the owner of pklimit's table \"platformkit_limits\" can name it in %s",
+							GetCommandTagName(CreateCommandTag(parsetree))),
+					 errdetail("PostgreSQL locks the table before it checks privileges for this statement, and a lock waiting for its turn would hold up every pklimit call.")));
 	}
 }
 
@@ -319,7 +460,19 @@ release_database(Node *parsetree)
 			 ((RenameStmt *) parsetree)->renameType == OBJECT_DATABASE)
 		dbname = ((RenameStmt *) parsetree)->subname;
 	else if (IsA(parsetree, AlterDatabaseStmt))
-		dbname = ((AlterDatabaseStmt *) parsetree)->dbname;
+	{
+		ListCell   *lc;
+
+		/* only a move to a tablespace that exists needs it */
+		foreach(lc, ((AlterDatabaseStmt *) parsetree)->options)
+		{
+			DefElem    *opt = lfirst_node(DefElem, lc);
+
+			if (strcmp(opt->defname, "tablespace") == 0 &&
+				OidIsValid(get_tablespace_oid(defGetString(opt), true)))
+				dbname = ((AlterDatabaseStmt *) parsetree)->dbname;
+		}
+	}
 	else if (IsA(parsetree, CreatedbStmt))
 	{
 		ListCell   *lc;
@@ -514,7 +667,7 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 	bool		dropping_pklimit = drops_pklimit(parsetree);
 	bool		granting = grants_on_tables(parsetree);
 
-	guard_lock(parsetree);
+	guard_table(parsetree);
 	release_database(parsetree);
 	if (prev_ProcessUtility)
 		prev_ProcessUtility(pstmt, queryString, readOnlyTree, context,

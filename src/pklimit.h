@@ -6,18 +6,24 @@
  *
  * A call travels caller -> queue -> worker -> store -> answer:
  *
- *	api.c		the SQL-callable functions: check the arguments, build the
- *				stored key (key.c), hand one request to the queue and turn the
- *				answer, or the store's unavailability, into a result
+ *	check.c		the recording calls (allow, check, check_all, allow_all):
+ *				their arguments, one request per key, their results
+ *	api.c		the other SQL-callable functions, the argument checks all
+ *				share, handing requests to the queue, and what a call answers
+ *				when the store cannot be reached
+ *	key.c		the stored key: tenant, encoding, digest of long keys
  *	queue.c		the request slots in shared memory: a caller queues its
  *				request and waits; the worker takes requests and answers them
  *	registry.c	which worker serves which database: start on demand, attach,
  *				back-off after failures, retire when idle, leave on exit
  *	worker.c	the worker process and its loop over batches
  *	apply.c		applying a batch's requests in the worker's own transactions
+ *	unit.c		one unit of such a transaction: folded hits, a decided call or
+ *				a group of them, a peek, a count, a forget
+ *	limit.c		the rules of a limit: window, cost, record_refused, block
  *	store.c		the statements on platformkit_limits
  *	purge.c		the purge, from the SQL call to the worker's steps and status
- *	hooks.c		the ProcessUtility guards
+ *	hooks.c		the ProcessUtility guards and the object access hook
  *	pklimit.c	module load: settings, hooks, shared memory, wait events
  *
  * Locking: every piece of pklimit's shared memory (queue slots, worker
@@ -45,10 +51,18 @@
 /* Most requests a worker applies in one transaction. */
 #define PKLIMIT_BATCH_MAX 256
 
+/* Most keys one call on several limits (pklimit_check_all) can name. */
+#define PKLIMIT_GROUP_MAX 16
+
 /* What one request asks of the table. */
 typedef enum PklimitOpKind
 {
-	PKLIMIT_OP_HIT,				/* record events, return the new count */
+	PKLIMIT_OP_HIT,				/* record events (a cost, every attempt
+								 * counts, no block): one upsert */
+	PKLIMIT_OP_LIMIT,			/* record under any other rules, or as one key
+								 * of several: the row is locked, the call
+								 * decided (limit.c), the row written */
+	PKLIMIT_OP_PEEK,			/* cost 0: decide without recording */
 	PKLIMIT_OP_COUNT,			/* read the count of the open window */
 	PKLIMIT_OP_FORGET,			/* delete the key's row */
 	PKLIMIT_OP_PURGE			/* delete rows whose window ended before
@@ -74,6 +88,8 @@ pklimit_op_rules(PklimitOpKind kind)
 	static const PklimitOpRules rules[] = {
 		/* writes, folds, in_batch */
 		[PKLIMIT_OP_HIT] = {true, true, true},
+		[PKLIMIT_OP_LIMIT] = {true, false, true},
+		[PKLIMIT_OP_PEEK] = {false, false, true},
 		[PKLIMIT_OP_COUNT] = {false, false, true},
 		[PKLIMIT_OP_FORGET] = {true, false, true},
 		[PKLIMIT_OP_PURGE] = {true, false, false},
@@ -82,13 +98,45 @@ pklimit_op_rules(PklimitOpKind kind)
 	return rules[kind];
 }
 
+/* A key's row, as limit.c decides on it. */
+typedef struct PklimitRow
+{
+	bool		exists;
+	int64		count;
+	TimestampTz window_start;
+	TimestampTz window_end;
+	TimestampTz updated_at;
+	TimestampTz blocked_until;	/* 0: no block */
+} PklimitRow;
+
+/* One call on a limit: its arguments. */
+typedef struct PklimitCall
+{
+	int64		max_count;
+	int64		window_usec;
+	int64		cost;			/* events; 0: a peek */
+	bool		record_refused; /* a refused call records its events too */
+	int64		block_usec;		/* a refusal blocks the key this long; 0: no */
+} PklimitCall;
+
+/* The decision of one call (limit.c). */
+typedef struct PklimitDecision
+{
+	bool		allowed;		/* by the key's own limit */
+	bool		blocked;		/* the key is (now) blocked */
+	int64		count;			/* the key's count after the call */
+	TimestampTz window_end;		/* end of the window it counts in */
+} PklimitDecision;
+
 /* The answer to one operation. */
 typedef struct PklimitResult
 {
 	bool		found;			/* a row existed (count, forget); purge ran */
+	bool		allowed;		/* a recording call: the key's limit allows */
 	int64		count;			/* count after the operation; rows purged */
 	TimestampTz window_end;		/* end of the window the count belongs to */
 	TimestampTz event_at;		/* server clock when the event was recorded */
+	TimestampTz refused_until;	/* a refused call: when the refusal ends */
 } PklimitResult;
 
 /* Why an operation was not applied; PKLIMIT_OK when it was. */
@@ -104,13 +152,19 @@ typedef enum PklimitStatus
 	PKLIMIT_STORE_ERROR			/* any other error while applying */
 } PklimitStatus;
 
-/* One request as the caller hands it to a worker. */
+/*
+ * One request as the caller hands it to a worker.  A call on several keys
+ * makes one request per key, queued together and applied together: the
+ * requests of one group.
+ */
 typedef struct PklimitRequest
 {
 	PklimitOpKind kind;
 	Oid			dboid;			/* database the caller is connected to */
 	Oid			nspid;			/* schema of the extension's table */
-	int64		window_usec;	/* window length, for a hit */
+	PklimitCall call;			/* for a hit, a limit, a peek */
+	uint64		group;			/* 0, or the group of requests it is one of */
+	int			group_size;		/* requests in its group (1 if none) */
 	TimestampTz deadline;		/* the caller stops waiting at this moment */
 	TimestampTz cutoff;			/* for a purge */
 	char		key[PKLIMIT_MAX_READABLE_KEY + 1];	/* stored key */
@@ -159,13 +213,13 @@ typedef struct PklimitEntry
 	bool		locked;			/* met a row locked by another transaction */
 } PklimitEntry;
 
-/* Which call found the store unavailable, for pklimit_unavailable(). */
-typedef enum PklimitCall
+/* Which caller found the store unavailable, for pklimit_unavailable(). */
+typedef enum PklimitCaller
 {
 	PKLIMIT_CALL_DECIDES,		/* allow, check: as on_unavailable says */
 	PKLIMIT_CALL_READS,			/* count, forget: return NULL */
 	PKLIMIT_CALL_PURGES			/* purge: always an error */
-} PklimitCall;
+} PklimitCaller;
 
 /* pklimit.on_unavailable */
 typedef enum PklimitOnUnavailable
@@ -212,9 +266,15 @@ extern uint32 pklimit_wait_event(PklimitWait wait);
 
 /* api.c: the SQL functions' common steps */
 extern void pklimit_check_preloaded(void);
-extern void pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *request,
-						PklimitAnswer *answer);
-extern bool pklimit_unavailable(const PklimitAnswer *answer, PklimitCall call);
+extern void pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
+						PklimitAnswer *answers, int n);
+extern void pklimit_arg_not_null(FunctionCallInfo fcinfo, int argno,
+								 const char *what);
+extern char *pklimit_key_value(text *key, const char *what);
+extern int64 pklimit_max_count_value(int64 max_count, const char *what);
+extern int64 pklimit_window_value(const Interval *window, const char *what);
+extern bool pklimit_unavailable(const PklimitAnswer *answer,
+								PklimitCaller caller);
 extern const char *pklimit_status_name(PklimitStatus status);
 extern PklimitWindowCheck pklimit_window_usec(const Interval *window,
 											  int64 *usec);
@@ -226,7 +286,8 @@ extern char *pklimit_stored_key(text *key);
 /* queue.c: the request slots */
 extern Size pklimit_queue_shmem_size(void);
 extern void pklimit_queue_shmem_init(void);
-extern void pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer);
+extern void pklimit_submit(const PklimitRequest *requests,
+						   PklimitAnswer *answers, int n);
 extern int	pklimit_queue_take(Oid dboid, int worker, PklimitEntry *entries,
 							   int max);
 extern void pklimit_queue_answer(PklimitEntry *const *entries, int n);
@@ -258,7 +319,7 @@ extern void pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 						  MemoryContext memory_context);
 extern void pklimit_entry_answer(PklimitEntry *entry, PklimitStatus status);
 extern bool pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b);
-extern bool pklimit_worth_retrying(TimestampTz deadline);
+extern bool pklimit_worth_retrying(TimestampTz deadline, TimestampTz now);
 extern void pklimit_set_lock_wait(int ms);
 extern void pklimit_begin_transaction(const char *activity);
 extern bool pklimit_commit_transaction(void);
@@ -267,14 +328,45 @@ extern void pklimit_report_idle(void);
 extern void pklimit_answer_error(PklimitAnswer *answer, const ErrorData *edata);
 
 /* store.c: the statements on platformkit_limits, in the current transaction */
-extern void pklimit_store_apply(Oid nspid, PklimitOpKind kind,
-								const char *stored_key, int64 window_usec,
-								int64 events, PklimitResult *result);
-extern int64 pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit,
-								 TimestampTz *from);
-extern Oid	pklimit_store_owner(Oid nspid);
+typedef struct PklimitTable
+{
+	Oid			nspid;
+	Oid			relid;
+	Oid			owner;			/* pklimit's statements run as this role */
+	int			version;		/* 1: the table of 0.1.0; 2: of 0.2.0 */
+} PklimitTable;
+
+extern void pklimit_store_open(Oid nspid, PklimitTable *table);
 extern bool pklimit_store_table_free(Oid nspid);
+extern void pklimit_store_hit(const PklimitTable *table, const char *stored_key,
+							  int64 window_usec, int64 events, TimestampTz now,
+							  PklimitRow *row);
+extern bool pklimit_store_read(const PklimitTable *table, const char *stored_key,
+							   bool lock, PklimitRow *row);
+extern void pklimit_store_write(const PklimitTable *table,
+								const char *stored_key, const PklimitRow *row);
+extern bool pklimit_store_forget(const PklimitTable *table,
+								 const char *stored_key);
+extern int64 pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff,
+								 int64 limit, TimestampTz *from);
 extern bool pklimit_in_system;
+
+/* unit.c: one unit of the worker's transaction */
+extern const PklimitRequest *pklimit_unit_current;
+extern bool pklimit_apply_unit(PklimitEntry **entries, int n, int u,
+							   const PklimitTable *table);
+
+/* limit.c: the rules of a limit */
+extern TimestampTz pklimit_window_start(TimestampTz now, int64 window_usec);
+extern void pklimit_decide(const PklimitRow *before, const PklimitCall *call,
+						   TimestampTz now, PklimitDecision *decision);
+extern void pklimit_apply_decision(const PklimitRow *before,
+								   const PklimitCall *call, TimestampTz now,
+								   bool record, PklimitDecision *decision,
+								   PklimitRow *after);
+extern TimestampTz pklimit_refused_until(const PklimitRow *after,
+										 const PklimitDecision *decision,
+										 TimestampTz now);
 
 /* purge.c: the worker's side of the purge */
 extern Size pklimit_purge_shmem_size(void);

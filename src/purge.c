@@ -257,7 +257,7 @@ delete_batch(MemoryContext memory_context, ErrorData **edata, bool *sliced)
 	slice_over = false;
 	PG_TRY();
 	{
-		Oid			owner;
+		PklimitTable table;
 		Oid			save_userid;
 		int			save_sec_context;
 
@@ -266,14 +266,14 @@ delete_batch(MemoryContext memory_context, ErrorData **edata, bool *sliced)
 							  PKLIMIT_RETRY_LOCK_MS : PKLIMIT_BATCH_LOCK_MS);
 		pklimit_begin_transaction("pklimit: purge");
 		force_index_plans();
-		owner = pklimit_store_owner(r->nspid);
+		pklimit_store_open(r->nspid, &table);
 		GetUserIdAndSecContext(&save_userid, &save_sec_context);
-		SetUserIdAndSecContext(owner,
+		SetUserIdAndSecContext(table.owner,
 							   save_sec_context |
 							   SECURITY_LOCAL_USERID_CHANGE |
 							   SECURITY_RESTRICTED_OPERATION);
 		enable_timeout_after(slice_timeout, PURGE_SLICE_MS);
-		deleted = pklimit_store_purge(r->nspid, r->cutoff, purge.batch,
+		deleted = pklimit_store_purge(&table, r->cutoff, purge.batch,
 									  &purge.from);
 		disable_timeout(slice_timeout, false);
 		SetUserIdAndSecContext(save_userid, save_sec_context);
@@ -408,7 +408,7 @@ pklimit_purge(PG_FUNCTION_ARGS)
 	request.kind = PKLIMIT_OP_PURGE;
 	request.cutoff = cutoff_of(PG_GETARG_INTERVAL_P(0), now);
 
-	pklimit_run(fcinfo, &request, &answer);
+	pklimit_run(fcinfo, &request, &answer, 1);
 	if (answer.status != PKLIMIT_OK)
 		(void) pklimit_unavailable(&answer, PKLIMIT_CALL_PURGES);
 	if (!answer.result.found)

@@ -87,144 +87,186 @@ wake(int procno)
 		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 }
 
-/* A free slot, or -1. Lock held. */
-static int
-free_slot(void)
+/* The slots of one caller's requests: one, or the requests of a group. */
+typedef struct Waiter
 {
-	for (int i = 0; i < pklimit_queue_size; i++)
-		if (queue->slots[i].state == SLOT_FREE)
-			return i;
-	return -1;
-}
+	int			n;
+	int			slots[PKLIMIT_GROUP_MAX];
+	bool		done[PKLIMIT_GROUP_MAX];
+} Waiter;
 
 /*
- * Stop waiting on a slot: free it, or leave it to the worker that took it.
- * Returns true if an answer was already there (copied to answer if given);
- * *locked says whether the worker had set the request aside for a locked
- * row.
+ * Stop waiting on the slots not done yet: free each, or leave it to the
+ * worker that took it.  An answer already there is copied to answers (if
+ * given); *locked says whether the worker had set a request aside for a
+ * locked row.
  */
-static bool
-release_slot(int slotno, PklimitAnswer *answer, bool *locked)
+static void
+release_slots(Waiter *w, PklimitAnswer *answers, bool *locked)
 {
-	Slot	   *slot = &queue->slots[slotno];
-	bool		answered = false;
-
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	if (locked)
-		*locked = slot->locked;
-	switch (slot->state)
+	for (int i = 0; i < w->n; i++)
 	{
-		case SLOT_DONE:
-			answered = true;
-			if (answer)
-				*answer = slot->answer;
-			slot->state = SLOT_FREE;
-			break;
-		case SLOT_TAKEN:
-			slot->state = SLOT_ABANDONED;
-			break;
-		case SLOT_QUEUED:
-			slot->state = SLOT_FREE;
-			break;
-		case SLOT_FREE:
-		case SLOT_ABANDONED:
-			break;
+		Slot	   *slot = &queue->slots[w->slots[i]];
+
+		if (w->done[i])
+			continue;
+		if (locked)
+			*locked |= slot->locked;
+		switch (slot->state)
+		{
+			case SLOT_DONE:
+				if (answers)
+					answers[i] = slot->answer;
+				w->done[i] = true;
+				slot->state = SLOT_FREE;
+				break;
+			case SLOT_TAKEN:
+				slot->state = SLOT_ABANDONED;
+				break;
+			case SLOT_QUEUED:
+				slot->state = SLOT_FREE;
+				break;
+			case SLOT_FREE:
+			case SLOT_ABANDONED:
+				break;
+		}
 	}
 	LWLockRelease(pklimit_lock);
-	return answered;
 }
 
-/* Error and exit cleanup of a caller's slot (PG_ENSURE_ERROR_CLEANUP). */
+/* Error and exit cleanup of a caller's slots (PG_ENSURE_ERROR_CLEANUP). */
 static void
-release_slot_on_error(int code, Datum arg)
+release_slots_on_error(int code, Datum arg)
 {
 	if (LWLockHeldByMe(pklimit_lock))
 		LWLockRelease(pklimit_lock);
-	release_slot(DatumGetInt32(arg), NULL, NULL);
+	release_slots((Waiter *) DatumGetPointer(arg), NULL, NULL);
 }
 
 /*
- * One look at the slot after a wait: take the answer if it is there (true),
- * otherwise make sure a worker serves the database (a worker that died or
- * exited idle is replaced, with back-off) and return the one to wake in
- * *procno.  A purge, once taken, runs to its end: *deadline moves to never.
+ * Queue the n requests of one caller in free slots, in arrival order; the
+ * requests of a group carry its number.  False if the queue has no room for
+ * them all.  Lock held exclusively.
  */
 static bool
-look(int slotno, int static_index, TimestampTz *deadline, bool *had_worker,
-	 int *procno, PklimitAnswer *answer)
+queue_requests(const PklimitRequest *requests, int n, Waiter *w)
 {
-	Slot	   *slot = &queue->slots[slotno];
-	bool		done = false;
+	uint64		group = (n > 1) ? queue->next_seq + 1 : 0;
+
+	w->n = 0;
+	for (int i = 0; i < pklimit_queue_size && w->n < n; i++)
+		if (queue->slots[i].state == SLOT_FREE)
+			w->slots[w->n++] = i;
+	if (w->n < n)
+		return false;
+	for (int i = 0; i < n; i++)
+	{
+		Slot	   *slot = &queue->slots[w->slots[i]];
+
+		slot->state = SLOT_QUEUED;
+		slot->caller_procno = PKLIMIT_MY_PROCNO;
+		slot->worker = -1;
+		slot->locked = false;
+		slot->seq = queue->next_seq++;
+		slot->request = requests[i];
+		slot->request.group = group;
+		w->done[i] = false;
+	}
+	return true;
+}
+
+/*
+ * One look at the slots after a wait: take the answers that are there
+ * (true once all are), otherwise make sure a worker serves the database (a
+ * worker that died or exited idle is replaced, with back-off) and return
+ * the one to wake in *procno.  A purge, once taken, runs to its end:
+ * *deadline moves to never.
+ */
+static bool
+look(Waiter *w, int static_index, TimestampTz *deadline, bool *had_worker,
+	 int *procno, PklimitAnswer *answers)
+{
+	bool		all_done = true;
+	bool		queued = false;
 	bool		start_failed = false;
+	Oid			dboid = InvalidOid;
 
 	*procno = -1;
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	if (slot->state == SLOT_DONE)
+	for (int i = 0; i < w->n; i++)
 	{
-		*answer = slot->answer;
-		slot->state = SLOT_FREE;
-		done = true;
+		Slot	   *slot = &queue->slots[w->slots[i]];
+
+		if (w->done[i])
+			continue;
+		if (slot->state == SLOT_DONE)
+		{
+			answers[i] = slot->answer;
+			slot->state = SLOT_FREE;
+			w->done[i] = true;
+			continue;
+		}
+		all_done = false;
+		dboid = slot->request.dboid;
+		queued |= (slot->state == SLOT_QUEUED);
+		if (slot->state == SLOT_TAKEN &&
+			!pklimit_op_rules(slot->request.kind).in_batch)
+			*deadline = DT_NOEND;
 	}
-	else if (slot->state == SLOT_QUEUED)
+	if (queued)
 	{
-		int			worker = pklimit_registry_ensure(slot->request.dboid,
-													 static_index,
+		int			worker = pklimit_registry_ensure(dboid, static_index,
 													 GetCurrentTimestamp(),
 													 &start_failed);
 
 		*had_worker |= (worker >= 0);
 		*procno = pklimit_registry_procno(worker);
 	}
-	else if (slot->state == SLOT_TAKEN &&
-			 !pklimit_op_rules(slot->request.kind).in_batch)
-		*deadline = DT_NOEND;
 	LWLockRelease(pklimit_lock);
 	if (start_failed)
 		pklimit_registry_report_start_failure();
-	return done;
+	return all_done;
 }
 
 /*
- * Hand one request to this database's worker and wait for its answer, at
- * most until request->deadline (for a purge: until a worker has taken it).
+ * Hand n requests (one, or the requests of one group, which the worker
+ * applies together) to this database's worker and wait for their answers,
+ * at most until their deadline (for a purge: until a worker has taken it).
  * Never raises an error of its own: every way the store can be unreachable
- * comes back as answer->status.  Query cancel and termination are honoured
- * while waiting, and free the slot.
+ * comes back as the answers' status.  Query cancel and termination are
+ * honoured while waiting, and free the slots.
  */
 void
-pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
+pklimit_submit(const PklimitRequest *requests, PklimitAnswer *answers, int n)
 {
-	int			slotno;
+	Waiter		w;
 	int			worker;
 	int			procno;
 	bool		had_worker;
 	bool		start_failed;
 	int			static_index = pklimit_registry_static_index();
-	TimestampTz deadline = request->deadline;
+	TimestampTz deadline = requests[0].deadline;
 
-	memset(answer, 0, sizeof(*answer));
+	Assert(n >= 1 && n <= PKLIMIT_GROUP_MAX);
+	memset(answers, 0, sizeof(PklimitAnswer) * n);
 
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	if ((slotno = free_slot()) < 0)
+	if (!queue_requests(requests, n, &w))
 	{
 		LWLockRelease(pklimit_lock);
-		answer->status = PKLIMIT_QUEUE_FULL;
+		for (int i = 0; i < n; i++)
+			answers[i].status = PKLIMIT_QUEUE_FULL;
 		return;
 	}
-	queue->slots[slotno].state = SLOT_QUEUED;
-	queue->slots[slotno].caller_procno = PKLIMIT_MY_PROCNO;
-	queue->slots[slotno].worker = -1;
-	queue->slots[slotno].locked = false;
-	queue->slots[slotno].seq = queue->next_seq++;
-	queue->slots[slotno].request = *request;
-	/* raises no error, so the slot cannot leak before the cleanup below */
-	worker = pklimit_registry_ensure(request->dboid, static_index,
+	/* raises no error, so no slot can leak before the cleanup below */
+	worker = pklimit_registry_ensure(requests[0].dboid, static_index,
 									 GetCurrentTimestamp(), &start_failed);
 	had_worker = (worker >= 0);
 	procno = pklimit_registry_procno(worker);
 	LWLockRelease(pklimit_lock);
 
-	PG_ENSURE_ERROR_CLEANUP(release_slot_on_error, Int32GetDatum(slotno));
+	PG_ENSURE_ERROR_CLEANUP(release_slots_on_error, PointerGetDatum(&w));
 	{
 		if (start_failed)
 			pklimit_registry_report_start_failure();
@@ -232,7 +274,8 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 		for (;;)
 		{
 			TimestampTz now = GetCurrentTimestamp();
-			bool		locked;
+			bool		locked = false;
+			PklimitStatus status;
 
 			if (now < deadline)
 			{
@@ -243,21 +286,24 @@ pklimit_submit(const PklimitRequest *request, PklimitAnswer *answer)
 				ResetLatch(MyLatch);
 				CHECK_FOR_INTERRUPTS();
 			}
-			if (look(slotno, static_index, &deadline, &had_worker, &procno,
-					 answer))
+			if (look(&w, static_index, &deadline, &had_worker, &procno,
+					 answers))
 				break;
 			wake(procno);
 			if (GetCurrentTimestamp() < deadline)
 				continue;
 
 			/* the budget was spent waiting for a row lock, or for the worker */
-			if (!release_slot(slotno, answer, &locked))
-				answer->status = locked ? PKLIMIT_LOCK_TIMEOUT :
-					had_worker ? PKLIMIT_TIMEOUT : PKLIMIT_NO_WORKER;
+			release_slots(&w, answers, &locked);
+			status = locked ? PKLIMIT_LOCK_TIMEOUT :
+				had_worker ? PKLIMIT_TIMEOUT : PKLIMIT_NO_WORKER;
+			for (int i = 0; i < n; i++)
+				if (!w.done[i])
+					answers[i].status = status;
 			break;
 		}
 	}
-	PG_END_ENSURE_ERROR_CLEANUP(release_slot_on_error, Int32GetDatum(slotno));
+	PG_END_ENSURE_ERROR_CLEANUP(release_slots_on_error, PointerGetDatum(&w));
 }
 
 /*
@@ -293,6 +339,17 @@ pklimit_queue_take(Oid dboid, int worker, PklimitEntry *entries, int max)
 		for (; j > 0 && queue->slots[taken[j - 1]].seq > slot->seq; j--)
 			taken[j] = taken[j - 1];
 		taken[j] = i;
+	}
+	/* a group is taken whole: the youngest, cut by max, waits */
+	if (n == max && queue->slots[taken[n - 1]].request.group != 0)
+	{
+		uint64		group = queue->slots[taken[n - 1]].request.group;
+		int			members = 0;
+
+		for (int j = n - 1; j >= 0 && queue->slots[taken[j]].request.group == group; j--)
+			members++;
+		if (members < queue->slots[taken[n - 1]].request.group_size)
+			n -= members;
 	}
 	for (int j = 0; j < n; j++)
 	{

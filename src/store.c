@@ -2,16 +2,18 @@
  *
  * store.c
  *		The statements on platformkit_limits, run through SPI in whatever
- *		transaction is current.  The worker (apply.c, purge.c) decides which
- *		transaction that is and as which role; this file knows only the
- *		table, and must not begin, end or wait on anything itself.
+ *		transaction is current and as whichever role is current.  The worker
+ *		(apply.c, purge.c) decides which transaction that is and runs them as
+ *		the table's owner; what a call decides is limit.c's.  This file knows
+ *		only the table, and must not begin, end or wait on anything itself.
  *
  * Every statement names its schema, functions and operators explicitly, so
- * the search_path in force cannot redirect it.  An event's time is read from
- * the server clock just before its statement runs; the worker is the table's
- * only writer and waits at most PKLIMIT_BATCH_LOCK_MS for a row someone
- * else locked, so an event lands at most that far from the moment it was
- * read.
+ * the search_path in force cannot redirect it, and touches one key, so the
+ * table stays distributable by key (but for the purge).  The statements come
+ * in two sets: for the table of 0.1.0 and for the table of 0.2.0 (which has
+ * blocked_until); one library serves a database at either version, and the
+ * set follows the table it finds, so an ALTER EXTENSION pklimit UPDATE takes
+ * effect at the worker's next transaction.
  *
  *-------------------------------------------------------------------------
  */
@@ -34,10 +36,6 @@
 
 #include "pklimit.h"
 
-/* 1970-01-01 00:00:00+00 as a TimestampTz: where fixed windows are aligned */
-#define PKLIMIT_UNIX_EPOCH \
-	((TimestampTz) (UNIX_EPOCH_JDATE - POSTGRES_EPOCH_JDATE) * USECS_PER_DAY)
-
 /* True only while this file's statements run: the RLS predicate. */
 bool		pklimit_in_system = false;
 
@@ -46,7 +44,7 @@ typedef struct Statement
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[5];
+	Oid			argtypes[6];
 	bool		read_latest;	/* read the latest committed rows, whatever
 								 * the transaction's snapshot */
 	SPIPlanPtr	plan;			/* prepared once per schema, kept */
@@ -55,98 +53,136 @@ typedef struct Statement
 typedef enum StatementId
 {
 	STMT_HIT,
-	STMT_COUNT,
+	STMT_READ,
+	STMT_PEEK,
+	STMT_WRITE,
 	STMT_FORGET,
 	STMT_PURGE,
 	NUM_STATEMENTS
 } StatementId;
 
-static Statement statements[NUM_STATEMENTS] = {
-	/*
-	 * The hit: one INSERT ... ON CONFLICT DO UPDATE.  The window and the
-	 * event's time come from the caller, read from the server clock just
-	 * before the statement runs: pklimit's worker is the table's only writer,
-	 * so no other writer of the row can come between.  A key has one window
-	 * at a time: while its window is open, events count in it whatever the
-	 * window length of the call, and a new window (of the call's length)
-	 * starts only once it has closed, so two lengths cannot reset each
-	 * other's count.  The count saturates at the largest bigint instead of
-	 * overflowing.
-	 */
-	[STMT_HIT] = {
-		"INSERT INTO %s.platformkit_limits AS l"
-		" (key, window_start, window_end, count, updated_at)"
-		" VALUES ($1, $2, $3, $4, $5)"
-		" ON CONFLICT (key) DO UPDATE SET"
-		" count = CASE WHEN l.window_end OPERATOR(pg_catalog.>) $5"
-		"   THEN CASE WHEN l.count OPERATOR(pg_catalog.>)"
-		"          (9223372036854775807::pg_catalog.int8 OPERATOR(pg_catalog.-) $4)"
-		"        THEN 9223372036854775807::pg_catalog.int8"
-		"        ELSE l.count OPERATOR(pg_catalog.+) $4 END"
-		"   ELSE $4 END,"
-		" window_start = CASE WHEN l.window_end OPERATOR(pg_catalog.>) $5"
-		"   THEN l.window_start ELSE $2 END,"
-		" window_end = CASE WHEN l.window_end OPERATOR(pg_catalog.>) $5"
-		"   THEN l.window_end ELSE $3 END,"
-		" updated_at = $5"
-		" RETURNING l.count, l.window_end, l.updated_at",
-		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},
-		false
-	},
-	[STMT_COUNT] = {
-		"SELECT l.count, l.window_end FROM %s.platformkit_limits l"
-		" WHERE l.key OPERATOR(pg_catalog.=) $1"
-		" AND l.window_end OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()",
-		1, {TEXTOID},
-		true
-	},
-	[STMT_FORGET] = {
-		"DELETE FROM %s.platformkit_limits l"
-		" WHERE l.key OPERATOR(pg_catalog.=) $1",
-		1, {TEXTOID},
-		false
-	},
+/* The table's versions: 1, the table of 0.1.0; 2, the table of 0.2.0. */
+#define NUM_VERSIONS 2
 
-	/*
-	 * One batch of the purge, from the window end where the previous batch
-	 * stopped, so no batch walks again over the index entries of rows already
-	 * deleted.  The rows are found in the window_end index and deleted by
-	 * their ctid alone, so the delete is a TID scan whatever the table's
-	 * statistics say (a condition on window_end there would let stale
-	 * statistics pick a walk over every expired row instead).  A row changed
-	 * since it was found has another ctid and is left alone.
-	 */
-	[STMT_PURGE] = {
-		"WITH d AS (DELETE FROM %s.platformkit_limits l"
-		" WHERE l.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-		"  SELECT e.ctid FROM %s.platformkit_limits e"
-		"  WHERE e.window_end OPERATOR(pg_catalog.<) $1"
-		"  AND e.window_end OPERATOR(pg_catalog.>=) $3"
-		"  ORDER BY e.window_end LIMIT $2))"
-		" RETURNING l.window_end)"
-		" SELECT pg_catalog.count(*), pg_catalog.max(d.window_end) FROM d",
-		3, {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID},
-		false
+/* The row's columns as the reads return them, in order. */
+#define ROW_COLUMNS(blocked_until) \
+	"l.count, l.window_start, l.window_end, l.updated_at, " blocked_until
+
+/*
+ * The hit: one INSERT ... ON CONFLICT DO UPDATE of $4 events at the event's
+ * time $5, read from the server clock just before the statement runs:
+ * pklimit's worker is the table's only writer, so no other writer of the
+ * row can come between.  A key has one window at a time: while its window is
+ * open, events count in it whatever the window length of the call, and a
+ * new window ($2, $3: the call's) starts only once it has closed.  A blocked
+ * key (0.2.0) records nothing: its row is written unchanged, so that one
+ * statement still returns it with its block (a WHERE on the update would
+ * return no row, and cost a second statement).  The count saturates at the
+ * largest bigint.
+ */
+#define HIT_SQL(blocked, blocked_returned) \
+	"INSERT INTO %s.platformkit_limits AS l" \
+	" (key, window_start, window_end, count, updated_at)" \
+	" VALUES ($1, $2, $3, $4, $5)" \
+	" ON CONFLICT (key) DO UPDATE SET" \
+	" count = CASE" blocked(" THEN l.count") \
+	"   WHEN l.window_end OPERATOR(pg_catalog.>) $5" \
+	"   THEN CASE WHEN l.count OPERATOR(pg_catalog.>)" \
+	"          (9223372036854775807::pg_catalog.int8 OPERATOR(pg_catalog.-) $4)" \
+	"        THEN 9223372036854775807::pg_catalog.int8" \
+	"        ELSE l.count OPERATOR(pg_catalog.+) $4 END" \
+	"   ELSE $4 END," \
+	" window_start = CASE" blocked(" THEN l.window_start") \
+	"   WHEN l.window_end OPERATOR(pg_catalog.>) $5" \
+	"   THEN l.window_start ELSE $2 END," \
+	" window_end = CASE" blocked(" THEN l.window_end") \
+	"   WHEN l.window_end OPERATOR(pg_catalog.>) $5" \
+	"   THEN l.window_end ELSE $3 END," \
+	" updated_at = CASE" blocked(" THEN l.updated_at") \
+	"   WHEN true THEN $5 END" \
+	" RETURNING " ROW_COLUMNS(blocked_returned)
+#define BLOCKED(then) " WHEN l.blocked_until OPERATOR(pg_catalog.>) $5" then
+#define NEVER_BLOCKED(then) ""
+
+/*
+ * The row of a key, locked for the rest of the transaction (a call decided
+ * in C), or as last committed, not locked (a peek).
+ */
+#define READ_SQL(blocked_until, lock) \
+	"SELECT " ROW_COLUMNS(blocked_until) " FROM %s.platformkit_limits l" \
+	" WHERE l.key OPERATOR(pg_catalog.=) $1" lock
+
+/* The row of a key as a call decided it, written whole. */
+#define WRITE_SQL \
+	"INSERT INTO %s.platformkit_limits AS l" \
+	" (key, window_start, window_end, count, updated_at, blocked_until)" \
+	" VALUES ($1, $2, $3, $4, $5, $6)" \
+	" ON CONFLICT (key) DO UPDATE SET window_start = $2, window_end = $3," \
+	" count = $4, updated_at = $5, blocked_until = $6"
+
+/*
+ * One batch of the purge, from the window end where the previous batch
+ * stopped, so no batch walks again over the index entries of rows already
+ * deleted.  The rows are found in the window_end index and deleted by their
+ * ctid alone, so the delete is a TID scan whatever the table's statistics
+ * say (a condition on window_end there would let stale statistics pick a
+ * walk over every expired row instead).  A row changed since it was found
+ * has another ctid and is left alone.  A blocked row (0.2.0) stays until its
+ * block has ended more than the retention ago.
+ */
+#define PURGE_SQL(blocked) \
+	"WITH d AS (DELETE FROM %s.platformkit_limits l" \
+	" WHERE l.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+	"  SELECT e.ctid FROM %s.platformkit_limits e" \
+	"  WHERE e.window_end OPERATOR(pg_catalog.<) $1" \
+	"  AND e.window_end OPERATOR(pg_catalog.>=) $3" blocked \
+	"  ORDER BY e.window_end LIMIT $2))" \
+	" RETURNING l.window_end)" \
+	" SELECT pg_catalog.count(*), pg_catalog.max(d.window_end) FROM d"
+#define PURGE_BLOCKED \
+	" AND (e.blocked_until IS NULL" \
+	"      OR e.blocked_until OPERATOR(pg_catalog.<) $1)"
+
+#define ROW_ARGS {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+
+static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
+	{
+		[STMT_HIT] = {HIT_SQL(NEVER_BLOCKED, "NULL::pg_catalog.timestamptz"), 5, ROW_ARGS, false},
+		[STMT_READ] = {READ_SQL("NULL::pg_catalog.timestamptz", " FOR UPDATE OF l"), 1, {TEXTOID}, false},
+		[STMT_PEEK] = {READ_SQL("NULL::pg_catalog.timestamptz", ""), 1, {TEXTOID}, true},
+		/* no decided calls on the table of 0.1.0: only 0.2.0 makes them */
+		[STMT_WRITE] = {NULL},
+		[STMT_FORGET] = {"DELETE FROM %s.platformkit_limits l WHERE l.key OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID}, false},
+		[STMT_PURGE] = {PURGE_SQL(""), 3, {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}, false},
+	},
+	{
+		[STMT_HIT] = {HIT_SQL(BLOCKED, "l.blocked_until"), 5, ROW_ARGS, false},
+		[STMT_READ] = {READ_SQL("l.blocked_until", " FOR UPDATE OF l"), 1, {TEXTOID}, false},
+		[STMT_PEEK] = {READ_SQL("l.blocked_until", ""), 1, {TEXTOID}, true},
+		[STMT_WRITE] = {WRITE_SQL, 6, ROW_ARGS, false},
+		[STMT_FORGET] = {"DELETE FROM %s.platformkit_limits l WHERE l.key OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID}, false},
+		[STMT_PURGE] = {PURGE_SQL(PURGE_BLOCKED), 3, {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}, false},
 	},
 };
 
-/* The schema the kept plans were prepared for, by OID and by name. */
+/* The table the kept plans were prepared for: schema by OID and name. */
 static Oid	plans_nspid = InvalidOid;
 static char plans_nspname[NAMEDATALEN];
 
 /*
- * The owner of platformkit_limits in schema nspid: pklimit's statements run
- * as this role, so the table's privileges and row level security apply to
- * them as to any other statement.  Raises an error unless the table is the
- * extension's own and has no trigger or rule.
+ * pklimit's table in schema nspid, for one transaction: its owner, whom
+ * pklimit's statements run as (so its privileges and row level security
+ * apply to them as to any other statement), and its version.  Raises an
+ * error unless the table is the extension's own and has no trigger or rule.
  */
-Oid
-pklimit_store_owner(Oid nspid)
+void
+pklimit_store_open(Oid nspid, PklimitTable *table)
 {
 	static Oid	checked_relid = InvalidOid; /* known to be the extension's */
 	Oid			relid = get_relname_relid("platformkit_limits", nspid);
 	HeapTuple	tuple;
-	Oid			owner;
 	bool		has_triggers;
 	bool		has_rules;
 
@@ -162,10 +198,14 @@ pklimit_store_owner(Oid nspid)
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for relation %u", relid);
-	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	table->nspid = nspid;
+	table->relid = relid;
+	table->owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	has_triggers = ((Form_pg_class) GETSTRUCT(tuple))->relhastriggers;
 	has_rules = ((Form_pg_class) GETSTRUCT(tuple))->relhasrules;
 	ReleaseSysCache(tuple);
+	table->version = (get_attnum(relid, "blocked_until") != InvalidAttrNumber) ?
+		2 : 1;
 
 	/*
 	 * A trigger or rule on the table (a foreign key referencing it makes
@@ -189,7 +229,6 @@ pklimit_store_owner(Oid nspid)
 					 errhint("Drop them; pklimit's table must have none.")));
 	}
 	checked_relid = relid;
-	return owner;
 }
 
 /*
@@ -208,30 +247,34 @@ pklimit_store_table_free(Oid nspid)
 }
 
 /*
- * The kept plan of one statement, prepared on first use for schema nspid.
- * The statements name the schema, so they are prepared again whenever the
+ * The kept plan of one statement, prepared on first use for the table.  The
+ * statements name the schema, so they are prepared again whenever the
  * schema's name changes: a renamed extension schema must never leave them
  * pointing at a table someone else created under the old name.
  */
 static SPIPlanPtr
-get_plan(Oid nspid, StatementId id)
+get_plan(const PklimitTable *table, StatementId id)
 {
-	char	   *nspname = get_namespace_name(nspid);
-	Statement  *stmt = &statements[id];
+	char	   *nspname = get_namespace_name(table->nspid);
+	Statement  *stmt = &statements[table->version - 1][id];
 
 	if (nspname == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("pklimit table \"platformkit_limits\" does not exist")));
-	if (plans_nspid != nspid || strcmp(plans_nspname, nspname) != 0)
+	if (stmt->sql == NULL)
+		elog(ERROR, "pklimit: statement %d has no version for table version %d",
+			 id, table->version);
+	if (plans_nspid != table->nspid || strcmp(plans_nspname, nspname) != 0)
 	{
-		for (int i = 0; i < NUM_STATEMENTS; i++)
-		{
-			if (statements[i].plan)
-				SPI_freeplan(statements[i].plan);
-			statements[i].plan = NULL;
-		}
-		plans_nspid = nspid;
+		for (int v = 0; v < NUM_VERSIONS; v++)
+			for (int i = 0; i < NUM_STATEMENTS; i++)
+			{
+				if (statements[v][i].plan)
+					SPI_freeplan(statements[v][i].plan);
+				statements[v][i].plan = NULL;
+			}
+		plans_nspid = table->nspid;
 		strlcpy(plans_nspname, nspname, NAMEDATALEN);
 	}
 
@@ -253,19 +296,19 @@ get_plan(Oid nspid, StatementId id)
 
 /* Run one statement with pklimit_in_system set; returns SPI's result code. */
 static int
-run(Oid nspid, StatementId id, Datum *values)
+run(const PklimitTable *table, StatementId id, Datum *values, const char *nulls)
 {
-	SPIPlanPtr	plan = get_plan(nspid, id);
+	SPIPlanPtr	plan = get_plan(table, id);
 	int			rc;
 
 	pklimit_in_system = true;
 	PG_TRY();
 	{
-		if (statements[id].read_latest)
-			rc = SPI_execute_snapshot(plan, values, NULL, GetLatestSnapshot(),
+		if (statements[table->version - 1][id].read_latest)
+			rc = SPI_execute_snapshot(plan, values, nulls, GetLatestSnapshot(),
 									  InvalidSnapshot, false, false, 1);
 		else
-			rc = SPI_execute_plan(plan, values, NULL, false, 0);
+			rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	}
 	PG_FINALLY();
 	{
@@ -275,7 +318,7 @@ run(Oid nspid, StatementId id, Datum *values)
 	return rc;
 }
 
-/* Column col of the single result row; none of them can be NULL. */
+/* Column col of the single result row, or 0 for NULL. */
 static Datum
 get_col(int col)
 {
@@ -283,78 +326,104 @@ get_col(int col)
 	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 								  col, &isnull);
 
-	if (isnull)
-		elog(ERROR, "pklimit: column %d of platformkit_limits is null", col);
-	return d;
+	return isnull ? (Datum) 0 : d;
 }
 
-/* The start of the fixed window of length window_usec that holds now. */
-static TimestampTz
-window_start(TimestampTz now, int64 window_usec)
+/* The row the single result row of a hit or a read gives. */
+static void
+get_row(PklimitRow *row)
 {
-	TimestampTz since_epoch = now - PKLIMIT_UNIX_EPOCH;
-	int64		into = since_epoch % window_usec;
-
-	return now - (into < 0 ? into + window_usec : into);
+	row->exists = true;
+	row->count = DatumGetInt64(get_col(1));
+	row->window_start = DatumGetTimestampTz(get_col(2));
+	row->window_end = DatumGetTimestampTz(get_col(3));
+	row->updated_at = DatumGetTimestampTz(get_col(4));
+	row->blocked_until = DatumGetTimestampTz(get_col(5));
 }
 
 /*
- * Apply one operation for stored_key.  For a hit, window_usec is the window
- * length and events how many events to record (at least 1).  The caller
- * has connected to SPI.
+ * Record events on stored_key at now, in a window of window_usec if the
+ * key's has closed; *row is the row after.  The caller has connected to
+ * SPI.
  */
 void
-pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
-					int64 window_usec, int64 events, PklimitResult *result)
+pklimit_store_hit(const PklimitTable *table, const char *stored_key,
+				  int64 window_usec, int64 events, TimestampTz now,
+				  PklimitRow *row)
 {
+	TimestampTz start = pklimit_window_start(now, window_usec);
 	Datum		values[5];
 	int			rc;
 
-	memset(result, 0, sizeof(*result));
 	values[0] = CStringGetTextDatum(stored_key);
-
-	switch (kind)
-	{
-		case PKLIMIT_OP_HIT:
-			{
-				TimestampTz now = GetCurrentTimestamp();
-				TimestampTz start = window_start(now, window_usec);
-
-				values[1] = TimestampTzGetDatum(start);
-				values[2] = TimestampTzGetDatum(start + window_usec);
-				values[3] = Int64GetDatum(events);
-				values[4] = TimestampTzGetDatum(now);
-				rc = run(nspid, STMT_HIT, values);
-				if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
-					elog(ERROR, "pklimit: recording an event returned %d", rc);
-				result->found = true;
-				result->count = DatumGetInt64(get_col(1));
-				result->window_end = DatumGetTimestampTz(get_col(2));
-				result->event_at = DatumGetTimestampTz(get_col(3));
-				break;
-			}
-		case PKLIMIT_OP_COUNT:
-			rc = run(nspid, STMT_COUNT, values);
-			if (rc != SPI_OK_SELECT)
-				elog(ERROR, "pklimit: reading a count returned %d", rc);
-			if (SPI_processed == 1)
-			{
-				result->found = true;
-				result->count = DatumGetInt64(get_col(1));
-				result->window_end = DatumGetTimestampTz(get_col(2));
-			}
-			break;
-		case PKLIMIT_OP_FORGET:
-			rc = run(nspid, STMT_FORGET, values);
-			if (rc != SPI_OK_DELETE)
-				elog(ERROR, "pklimit: forgetting a key returned %d", rc);
-			result->found = (SPI_processed > 0);
-			break;
-		case PKLIMIT_OP_PURGE:
-			elog(ERROR, "pklimit: a purge is not a single operation");
-			break;
-	}
+	values[1] = TimestampTzGetDatum(start);
+	values[2] = TimestampTzGetDatum(start + window_usec);
+	values[3] = Int64GetDatum(events);
+	values[4] = TimestampTzGetDatum(now);
+	rc = run(table, STMT_HIT, values, NULL);
+	if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
+		elog(ERROR, "pklimit: recording an event returned %d", rc);
+	get_row(row);
 	SPI_freetuptable(SPI_tuptable);
+}
+
+/*
+ * The row of stored_key, locked for the rest of the transaction (lock), or
+ * as last committed.  Returns false, and row->exists false, if there is
+ * none.
+ */
+bool
+pklimit_store_read(const PklimitTable *table, const char *stored_key,
+				   bool lock, PklimitRow *row)
+{
+	Datum		values[1];
+	int			rc;
+
+	memset(row, 0, sizeof(*row));
+	values[0] = CStringGetTextDatum(stored_key);
+	rc = run(table, lock ? STMT_READ : STMT_PEEK, values, NULL);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "pklimit: reading a row returned %d", rc);
+	if (SPI_processed == 1)
+		get_row(row);
+	SPI_freetuptable(SPI_tuptable);
+	return row->exists;
+}
+
+/* Write the row of stored_key as a call decided it. */
+void
+pklimit_store_write(const PklimitTable *table, const char *stored_key,
+					const PklimitRow *row)
+{
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	int			rc;
+
+	values[0] = CStringGetTextDatum(stored_key);
+	values[1] = TimestampTzGetDatum(row->window_start);
+	values[2] = TimestampTzGetDatum(row->window_end);
+	values[3] = Int64GetDatum(row->count);
+	values[4] = TimestampTzGetDatum(row->updated_at);
+	values[5] = TimestampTzGetDatum(row->blocked_until);
+	if (row->blocked_until == 0)
+		nulls[5] = 'n';
+	rc = run(table, STMT_WRITE, values, nulls);
+	if (rc != SPI_OK_INSERT || SPI_processed != 1)
+		elog(ERROR, "pklimit: writing a row returned %d", rc);
+}
+
+/* Delete the row of stored_key; false if there was none. */
+bool
+pklimit_store_forget(const PklimitTable *table, const char *stored_key)
+{
+	Datum		values[1];
+	int			rc;
+
+	values[0] = CStringGetTextDatum(stored_key);
+	rc = run(table, STMT_FORGET, values, NULL);
+	if (rc != SPI_OK_DELETE)
+		elog(ERROR, "pklimit: forgetting a key returned %d", rc);
+	return SPI_processed > 0;
 }
 
 /*
@@ -362,7 +431,7 @@ pklimit_store_apply(Oid nspid, PklimitOpKind kind, const char *stored_key,
  * returns rows deleted and moves *from to the last window end deleted.
  */
 int64
-pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit,
+pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff, int64 limit,
 					TimestampTz *from)
 {
 	Datum		values[3];
@@ -374,7 +443,7 @@ pklimit_store_purge(Oid nspid, TimestampTz cutoff, int64 limit,
 	values[0] = TimestampTzGetDatum(cutoff);
 	values[1] = Int64GetDatum(limit);
 	values[2] = TimestampTzGetDatum(*from);
-	rc = run(nspid, STMT_PURGE, values);
+	rc = run(table, STMT_PURGE, values, NULL);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "pklimit: purge returned %d", rc);
 	deleted = DatumGetInt64(get_col(1));

@@ -46,6 +46,7 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "pklimit.h"
 
 /* The requests the worker works on: set-aside ones first, oldest first. */
@@ -121,31 +122,60 @@ gather(Batch *b, Oid dboid, int worker)
 	return nnew;
 }
 
-/* Set an entry aside while its caller's budget allows a try later. */
+/*
+ * Set an entry aside while its caller's budget allows a try later.  The
+ * requests of a group share their deadline, and now is one reading of the
+ * clock for all of them, so a group is never split.
+ */
 static void
-set_aside(PklimitEntry *e)
+set_aside(PklimitEntry *e, TimestampTz now)
 {
 	pklimit_entry_answer(e, PKLIMIT_LOCK_TIMEOUT);
-	if (pklimit_worth_retrying(e->request.deadline))
+	if (pklimit_worth_retrying(e->request.deadline, now))
 		e->state = ENTRY_SET_ASIDE;
 }
 
-/* New writes on a key with set-aside requests join them, untried. */
+/* Must new entry e wait with the set-aside entries? */
+static bool
+joins_set_aside(const Batch *b, const PklimitEntry *e)
+{
+	for (int d = 0; d < b->n; d++)
+	{
+		const PklimitEntry *o = &b->entries[d];
+
+		if (o == e || (d >= b->nold && o->state != ENTRY_SET_ASIDE))
+			continue;
+		/* a write on a set-aside key, or a request of a set-aside group */
+		if ((e->request.group != 0 && e->request.group == o->request.group) ||
+			(pklimit_op_rules(e->request.kind).writes &&
+			 pklimit_op_rules(o->request.kind).writes &&
+			 pklimit_same_key(&e->request, &o->request)))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * New writes on a key with set-aside requests join them, untried, and so do
+ * the other requests of their group, and the writes on those keys.
+ */
 static void
 join_set_aside(Batch *b)
 {
-	for (int i = b->nold; i < b->n; i++)
-	{
-		PklimitEntry *e = &b->entries[i];
+	bool		changed = (b->nold > 0);
+	TimestampTz now = GetCurrentTimestamp();
 
-		if (!pklimit_op_rules(e->request.kind).writes)
-			continue;
-		for (int d = 0; d < b->nold; d++)
+	while (changed)
+	{
+		changed = false;
+		for (int i = b->nold; i < b->n; i++)
 		{
-			if (pklimit_same_key(&e->request, &b->entries[d].request))
+			PklimitEntry *e = &b->entries[i];
+
+			if (e->state == ENTRY_NEW && joins_set_aside(b, e))
 			{
-				set_aside(e);
-				break;
+				set_aside(e, now);
+				changed = true;
 			}
 		}
 	}
@@ -196,13 +226,25 @@ answer(Batch *b, int first)
 static void
 retry(Batch *b)
 {
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (b->retry_due)
+		for (int d = 0; d < b->nold; d++)
+			if (pklimit_queue_abandoned(b->entries[d].slot))
+				b->entries[d].request.deadline = 0;
+	/* a group whose caller gave up on one request gave up on all of them */
+	for (int d = 0; d < b->nold; d++)
+		for (int o = 0; o < b->nold; o++)
+			if (b->entries[d].request.group != 0 &&
+				b->entries[o].request.group == b->entries[d].request.group)
+				b->entries[d].request.deadline =
+					Min(b->entries[d].request.deadline,
+						b->entries[o].request.deadline);
 	for (int d = 0; d < b->nold; d++)
 	{
 		PklimitEntry *e = &b->entries[d];
 
-		if (b->retry_due && pklimit_queue_abandoned(e->slot))
-			e->request.deadline = 0;
-		if (!pklimit_worth_retrying(e->request.deadline))
+		if (!pklimit_worth_retrying(e->request.deadline, now))
 			pklimit_entry_answer(e, PKLIMIT_LOCK_TIMEOUT);
 		else if (b->retry_due)
 			e->state = ENTRY_RETRY;
@@ -225,11 +267,16 @@ keep(Batch *b)
 	for (int i = 0; i < b->n; i++)
 	{
 		PklimitEntry *e = &b->entries[i];
+		int			size = Max(1, e->request.group_size);
 
-		if (e->state == ENTRY_SET_ASIDE && kept >= PKLIMIT_BATCH_MAX / 2)
-			pklimit_entry_answer(e, PKLIMIT_LOCK_TIMEOUT);
+		/* a group is kept, or answered, whole: its requests are together */
+		if (e->state == ENTRY_SET_ASIDE &&
+			kept + size > PKLIMIT_BATCH_MAX / 2)
+			for (int k = i; k < i + size && k < b->n; k++)
+				pklimit_entry_answer(&b->entries[k], PKLIMIT_LOCK_TIMEOUT);
 		if (e->state == ENTRY_SET_ASIDE)
-			kept++;
+			kept += size;
+		i += size - 1;
 	}
 	answer(b, 0);
 	if (b->n > 0)
@@ -295,6 +342,11 @@ set_up_session(void)
 	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET,
 					PGC_S_OVERRIDE);
 	SetConfigOption("row_security", "on", PGC_SUSET, PGC_S_OVERRIDE);
+	/* an error on one batch, a lock timeout above all, must not end it */
+	SetConfigOption("exit_on_error", "off", PGC_SUSET, PGC_S_OVERRIDE);
+#ifdef PKLIMIT_HAS_TRANSACTION_TIMEOUT
+	SetConfigOption("transaction_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+#endif
 	/* an acknowledged event survives a crash, whatever the database says */
 	SetConfigOption("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE);
 }

@@ -3,12 +3,17 @@
 //
 //	GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$(mktemp -d) go build -o login main.go
 //
-// Reads attempts from stdin, one "user tenant password" per line (a tenant of
-// "-" means no tenant), and prints one line per attempt:
+// Reads attempts from stdin, one "user tenant address password" per line (a
+// tenant of "-" means no tenant), and prints one line per attempt:
 //
-//	alice acme wrong -> 401 remaining=4
-//	alice acme wrong -> 429 retry_after=900
-//	alice acme s3cret -> 200
+//	alice acme 10.0.0.1 wrong -> 401 remaining=4
+//	alice acme 10.0.0.1 wrong -> 429 retry_after=900
+//	alice acme 10.0.0.1 s3cret -> 200
+//
+// Two limits guard a login, checked and recorded together in one
+// pklimit_check_all call: 5 attempts per account per 15 minutes, and 8 per
+// source address per hour (credential stuffing tries many accounts from one
+// address).
 //
 // The connection comes from the usual libpq environment (PGHOST, PGPORT,
 // PGDATABASE, PGUSER, ...) or from the DATABASE_URL environment variable.
@@ -30,9 +35,11 @@ import (
 )
 
 const (
-	limit  = 5
-	window = "15 minutes"
-	salt   = "pklimit-example"
+	accountLimit  = 5
+	accountWindow = "15 minutes"
+	addressLimit  = 8
+	addressWindow = "1 hour"
+	salt          = "pklimit-example"
 )
 
 // fakeHash is deliberately slow, as a password hash should be (iterated
@@ -54,7 +61,7 @@ var users = map[string][]byte{
 }
 
 // login handles one request and returns its HTTP status and headers.
-func login(ctx context.Context, conn *pgx.Conn, user, tenant, password string) (int, map[string]string, error) {
+func login(ctx context.Context, conn *pgx.Conn, user, tenant, address, password string) (int, map[string]string, error) {
 	headers := map[string]string{}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -68,7 +75,7 @@ func login(ctx context.Context, conn *pgx.Conn, user, tenant, password string) (
 	if _, err := tx.Exec(ctx, "SELECT set_config('platformkit.tenant', $1, true)", tenant); err != nil {
 		return 0, nil, err
 	}
-	// Count the attempt BEFORE the expensive hash.
+	// Count the attempt BEFORE the expensive hash: both limits in one call.
 	var (
 		allowed    bool
 		remaining  *int64
@@ -76,9 +83,10 @@ func login(ctx context.Context, conn *pgx.Conn, user, tenant, password string) (
 		status     string
 	)
 	err = tx.QueryRow(ctx,
-		"SELECT allowed, remaining, ceil(extract(epoch FROM retry_after))::bigint, status"+
-			" FROM pklimit_check('login:' || $1, $2, $3::interval)",
-		user, limit, window).Scan(&allowed, &remaining, &retryAfter, &status)
+		"SELECT bool_and(allowed), min(remaining), ceil(extract(epoch FROM max(retry_after)))::bigint,"+
+			" min(status) FROM pklimit_check_all(ARRAY['login:' || $1, 'ip:' || $2],"+
+			" ARRAY[$3::bigint, $4::bigint], ARRAY[$5::interval, $6::interval])",
+		user, address, accountLimit, addressLimit, accountWindow, addressWindow).Scan(&allowed, &remaining, &retryAfter, &status)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -156,20 +164,20 @@ func main() {
 		if len(fields) == 0 {
 			continue
 		}
-		if len(fields) != 3 {
-			fmt.Fprintf(os.Stderr, "expected \"user tenant password\", got %q\n", scanner.Text())
+		if len(fields) != 4 {
+			fmt.Fprintf(os.Stderr, "expected \"user tenant address password\", got %q\n", scanner.Text())
 			os.Exit(1)
 		}
-		user, tenant, password := fields[0], fields[1], fields[2]
+		user, tenant, address, password := fields[0], fields[1], fields[2], fields[3]
 		t := tenant
 		if t == "-" {
 			t = ""
 		}
-		code, headers, err := login(ctx, conn, user, t, password)
+		code, headers, err := login(ctx, conn, user, t, address, password)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		fmt.Printf("%s %s %s -> %s\n", user, tenant, password, describe(code, headers))
+		fmt.Printf("%s %s %s %s -> %s\n", user, tenant, address, password, describe(code, headers))
 	}
 }

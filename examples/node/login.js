@@ -1,12 +1,17 @@
 #!/usr/bin/env node
 // A login handler rate limited with pklimit (node-postgres, "pg" from npm).
 //
-// Reads attempts from stdin, one "user tenant password" per line (a tenant of
-// "-" means no tenant), and prints one line per attempt:
+// Reads attempts from stdin, one "user tenant address password" per line (a
+// tenant of "-" means no tenant), and prints one line per attempt:
 //
-//     alice acme wrong -> 401 remaining=4
-//     alice acme wrong -> 429 retry_after=900
-//     alice acme s3cret -> 200
+//     alice acme 10.0.0.1 wrong -> 401 remaining=4
+//     alice acme 10.0.0.1 wrong -> 429 retry_after=900
+//     alice acme 10.0.0.1 s3cret -> 200
+//
+// Two limits guard a login, checked and recorded together in one
+// pklimit_check_all call: 5 attempts per account per 15 minutes, and 8 per
+// source address per hour (credential stuffing tries many accounts from one
+// address).
 //
 // The connection comes from the usual libpq environment (PGHOST, PGPORT,
 // PGDATABASE, PGUSER, ...) or from the DATABASE_URL environment variable.
@@ -16,8 +21,10 @@ const crypto = require('node:crypto');
 const readline = require('node:readline');
 const { Client } = require('pg');
 
-const LIMIT = 5;
-const WINDOW = '15 minutes';
+const ACCOUNT_LIMIT = 5;
+const ACCOUNT_WINDOW = '15 minutes';
+const ADDRESS_LIMIT = 8;
+const ADDRESS_WINDOW = '1 hour';
 const SALT = 'pklimit-example';
 
 // Deliberately slow, as a password hash should be (PBKDF2-SHA256).
@@ -32,18 +39,20 @@ const USERS = new Map([
 ]);
 
 // One request: resolves to { status, headers }.
-async function login(client, user, tenant, password) {
+async function login(client, user, tenant, address, password) {
   await client.query('BEGIN');
   try {
     // The tenant for this transaction only: set_config(..., true) is
     // SET LOCAL, with the tenant as a bind parameter. It ends with the
     // transaction, so a pooled server connection never carries it over.
     await client.query("SELECT set_config('platformkit.tenant', $1, true)", [tenant]);
-    // Count the attempt BEFORE the expensive hash.
+    // Count the attempt BEFORE the expensive hash: both limits in one call.
     const { rows: [r] } = await client.query(
-      'SELECT allowed, remaining, ceil(extract(epoch FROM retry_after))::bigint AS retry_after,' +
-      " status FROM pklimit_check('login:' || $1, $2, $3::interval)",
-      [user, LIMIT, WINDOW]);
+      'SELECT bool_and(allowed) AS allowed, min(remaining) AS remaining,' +
+      ' ceil(extract(epoch FROM max(retry_after)))::bigint AS retry_after, min(status) AS status' +
+      " FROM pklimit_check_all(ARRAY['login:' || $1, 'ip:' || $2]," +
+      ' ARRAY[$3::bigint, $4::bigint], ARRAY[$5::interval, $6::interval])',
+      [user, address, ACCOUNT_LIMIT, ADDRESS_LIMIT, ACCOUNT_WINDOW, ADDRESS_WINDOW]);
     const headers = {};
     if (r.remaining !== null) headers['RateLimit-Remaining'] = String(r.remaining);
     if (r.status !== 'ok') headers['X-RateLimit-Status'] = r.status;
@@ -88,9 +97,9 @@ async function main() {
     for await (const line of rl) {
       const fields = line.trim().split(/\s+/).filter(Boolean);
       if (fields.length === 0) continue;
-      const [user, tenant, password] = fields;
-      const result = await login(client, user, tenant === '-' ? '' : tenant, password);
-      console.log(`${user} ${tenant} ${password} -> ${describe(result)}`);
+      const [user, tenant, address, password] = fields;
+      const result = await login(client, user, tenant === '-' ? '' : tenant, address, password);
+      console.log(`${user} ${tenant} ${address} ${password} -> ${describe(result)}`);
     }
   } finally {
     await client.end();

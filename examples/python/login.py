@@ -1,12 +1,17 @@
 #!/usr/bin/python3
 """A login handler rate limited with pklimit (psycopg 3, Debian's python3-psycopg).
 
-Reads attempts from stdin, one "user tenant password" per line (a tenant of
-"-" means no tenant), and prints one line per attempt:
+Reads attempts from stdin, one "user tenant address password" per line (a
+tenant of "-" means no tenant), and prints one line per attempt:
 
-    alice acme wrong -> 401 remaining=4
-    alice acme wrong -> 429 retry_after=900
-    alice acme s3cret -> 200
+    alice acme 10.0.0.1 wrong -> 401 remaining=4
+    alice acme 10.0.0.1 wrong -> 429 retry_after=900
+    alice acme 10.0.0.1 s3cret -> 200
+
+Two limits guard a login, checked and recorded together in one
+pklimit_check_all call: 5 attempts per account per 15 minutes, and 8 per
+source address per hour (credential stuffing tries many accounts from one
+address).
 
 The connection comes from the usual libpq environment (PGHOST, PGPORT,
 PGDATABASE, PGUSER, ...) or from the DATABASE_URL environment variable.
@@ -19,8 +24,8 @@ import sys
 
 import psycopg
 
-LIMIT = 5
-WINDOW = "15 minutes"
+ACCOUNT_LIMIT, ACCOUNT_WINDOW = 5, "15 minutes"
+ADDRESS_LIMIT, ADDRESS_WINDOW = 8, "1 hour"
 
 # A fake user table: user -> (salt, hash). The stored hashes are computed here
 # so the example needs no real user store.
@@ -35,7 +40,7 @@ def fake_hash(password: str) -> bytes:
 USERS = {"alice": fake_hash("s3cret"), "bob": fake_hash("hunter2")}
 
 
-def login(conn, user: str, tenant: str, password: str):
+def login(conn, user: str, tenant: str, address: str, password: str):
     """One request: returns (HTTP status, headers)."""
     with conn.transaction():
         # The tenant for this transaction only: set_config(..., true) is
@@ -43,11 +48,13 @@ def login(conn, user: str, tenant: str, password: str):
         # transaction, so a pooled server connection never carries it over.
         conn.execute("SELECT set_config('platformkit.tenant', %s, true)", (tenant,))
         # Count the attempt BEFORE the expensive hash, so a refused attempt
-        # costs the server nothing.
+        # costs the server nothing: both limits in one call, one row each.
         allowed, remaining, retry_after, status = conn.execute(
-            "SELECT allowed, remaining, ceil(extract(epoch FROM retry_after))::bigint,"
-            " status FROM pklimit_check('login:' || %s, %s, %s::interval)",
-            (user, LIMIT, WINDOW),
+            "SELECT bool_and(allowed), min(remaining),"
+            " ceil(extract(epoch FROM max(retry_after)))::bigint, min(status)"
+            " FROM pklimit_check_all(ARRAY['login:' || %s, 'ip:' || %s],"
+            " ARRAY[%s::bigint, %s::bigint], ARRAY[%s::interval, %s::interval])",
+            (user, address, ACCOUNT_LIMIT, ADDRESS_LIMIT, ACCOUNT_WINDOW, ADDRESS_WINDOW),
         ).fetchone()
         headers = {}
         if remaining is not None:
@@ -87,9 +94,9 @@ def main():
             fields = line.split()
             if not fields:
                 continue
-            user, tenant, password = fields
-            status, headers = login(conn, user, "" if tenant == "-" else tenant, password)
-            print(f"{user} {tenant} {password} -> {describe(status, headers)}", flush=True)
+            user, tenant, address, password = fields
+            status, headers = login(conn, user, "" if tenant == "-" else tenant, address, password)
+            print(f"{user} {tenant} {address} {password} -> {describe(status, headers)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -91,6 +91,9 @@ my @DEFAULT_WINDOWS = (
 
 my @MAXES = (0, 1, 1, 2, 2, 3, 3, 5, 8, 20, 100, INT64_MAX);
 
+# Blocks [microseconds, spelling]: longer than every short window.
+my @BLOCKS = ([ 3600 * USEC, '1 hour' ], [ 86400 * USEC, '1 day' ]);
+
 # Purge retentions [spelling, microseconds].
 my @RETENTIONS = ([ '0 seconds', 0 ], [ '1 day', 86400 * USEC ]);
 
@@ -166,27 +169,55 @@ sub gen_max
 }
 
 # One operation that produces a line of output (usable inside a transaction).
+# The options of a call, now and then: a cost (0 is a peek), quota
+# semantics (record_refused => false), a block longer than any short window
+# (an hour or a day, so no block ends during a run).
+sub gen_options
+{
+	my %o;
+	return %o if rand() < 0.5;
+	$o{cost} = pick(0, 1, 1, 2, 3, 5) if rand() < 0.6;
+	$o{rr} = rand() < 0.5 ? 0 : 1 if rand() < 0.4;
+	if (rand() < 0.25)
+	{
+		my $b = pick(@BLOCKS);
+		($o{block}, $o{bs}) = @$b;
+	}
+	return %o;
+}
+
 sub gen_call
 {
 	my (%opt) = @_;
 	my $r = rand();
-	if ($r < 0.40)
+	if ($r < 0.36)
 	{
 		my $key = gen_key();
 		my ($w, $ws) = gen_window($key);
 		return { op => 'allow', key => $key, max => gen_max($key),
-			w => $w, ws => $ws };
+			w => $w, ws => $ws, gen_options() };
 	}
-	if ($r < 0.47)
+	if ($r < 0.43)
 	{
 		return { op => 'allow1', key => gen_key() };
 	}
-	if ($r < 0.67)
+	if ($r < 0.59)
 	{
 		my $key = gen_key();
 		my ($w, $ws) = gen_window($key);
 		return { op => 'check', key => $key, max => gen_max($key),
-			w => $w, ws => $ws };
+			w => $w, ws => $ws, gen_options() };
+	}
+	if ($r < 0.67)
+	{
+		# several limits in one call: 2 or 3 different keys
+		my %seen;
+		my @keys = grep { !$seen{$_}++ } map { gen_key() } 1 .. 2 + int(rand(2));
+		my @windows = map { [ gen_window($_) ] } @keys;
+		return { op => 'check_all', keys => \@keys,
+			maxes => [ map { gen_max($_) } @keys ],
+			wus => [ map { $_->[0] } @windows ], wss => [ map { $_->[1] } @windows ],
+			gen_options() };
 	}
 	if ($r < 0.94 || $opt{no_forget})
 	{

@@ -15,6 +15,13 @@
 #      min(attempts, 40) and pklimit_count = attempts.
 #   3. Case 1 again with every session in REPEATABLE READ: the answer must
 #      be fresh and exact whatever the caller's isolation level.
+#   4. 8 clients x 60 calls of pklimit_check_all on two of 4 keys, in either
+#      order (overlapping sets): every key counts every call naming it, its
+#      trues are min(attempts, its max), and each call saw its own position.
+#   5. The same with record_refused => false and costs 1 to 3 (a quota):
+#      each key's count is the sum of the costs of the calls allowed on
+#      both keys, never more than its max, and the allowed calls saw
+#      distinct running totals ending at that count.
 #
 # All windows are '1 day'.  The server clock is read before and after each
 # run; if UTC midnight passed in between, the counts legitimately restart,
@@ -54,6 +61,9 @@ $node->safe_psql(
 		iso text NOT NULL DEFAULT pg_catalog.current_setting('transaction_isolation'));
 	CREATE TABLE results_multi (tenant int NOT NULL, k int NOT NULL,
 		ok boolean NOT NULL);
+	CREATE SEQUENCE calls;
+	CREATE TABLE results_groups (call bigint NOT NULL, cost int NOT NULL,
+		key text NOT NULL, ok boolean NOT NULL, n bigint NOT NULL);
 });
 
 sub clock_us
@@ -248,6 +258,82 @@ INSERT INTO results_multi (tenant, k, ok) SELECT :t, :k, pklimit_allow('$prefix'
 	one_hot_key('case 3, one hot key, REPEATABLE READ', 'hot_rr', 16, 50, 100,
 		'repeatable read');
 }
+
+# ---------------------------------------------------------------------------
+# Cases 4 and 5: calls on two overlapping keys at once.
+# ---------------------------------------------------------------------------
+
+sub groups
+{
+	my ($name, $quota) = @_;
+	my ($clients, $per_client) = (8, 60);
+	my $total = $clients * $per_client;
+	in_one_window(
+		$name,
+		sub {
+			my ($attempt) = @_;
+			my $prefix = ($quota ? 'quota' : 'group') . "$attempt:";
+			my $options = $quota ? ', cost => :cost, record_refused => false' : '';
+			$node->safe_psql('postgres', 'TRUNCATE results_groups');
+			$node->pgbench(
+				"--no-vacuum --client=$clients --jobs=4 --transactions=$per_client"
+				  . " --random-seed=$SEED",
+				0,
+				[qr{processed: $total/$total}],
+				[qr{\A(?:pgbench: setting random seed to \d+\n)?\z}],
+				"$name: pgbench, $clients clients x $per_client calls on two of 4 keys",
+				{
+					"002_groups_${quota}_$attempt" => qq{\\set a random(1, 4)
+\\set b 1 + (:a + random(0, 2)) % 4
+\\set cost } . ($quota ? 'random(1, 3)' : '1') . qq{
+WITH c AS (SELECT nextval('calls') AS call)
+INSERT INTO results_groups SELECT c.call, :cost, r.key, r.allowed, r.count
+  FROM c, pklimit_check_all(ARRAY['$prefix' || :a, '$prefix' || :b],
+    ARRAY[25 * :a, 25 * :b], ARRAY['1 day', '1 day']::interval[]$options) r;
+}
+				});
+			return sub {
+				is($node->safe_psql('postgres',
+					'SELECT count(DISTINCT call), count(*) FROM results_groups'),
+					"$total|" . (2 * $total), "$name: $total calls, two rows each");
+				# what each key must show, from the answers
+				my $want = $quota
+				  ? q{SELECT key, coalesce(sum(cost) FILTER (WHERE all_ok), 0) AS count
+					  FROM (SELECT *, bool_and(ok) OVER (PARTITION BY call) AS all_ok
+							  FROM results_groups) r GROUP BY key}
+				  : q{SELECT key, count(*) AS count,
+						least(count(*), 25 * right(key, 1)::int) AS trues
+					  FROM results_groups GROUP BY key};
+				my $got = 'SELECT key, pklimit_count(key) AS count'
+				  . ($quota ? '' : ', count(*) FILTER (WHERE ok) AS trues')
+				  . ' FROM results_groups GROUP BY key';
+				is($node->safe_psql('postgres',
+					"SELECT count(*) FROM (($want) EXCEPT ($got)) d"), '0',
+					$quota
+					? "$name: each key counts the costs of the calls allowed on both keys, and nothing of the others"
+					: "$name: each key counts every call naming it, and min(attempts, max) were allowed");
+				is($node->safe_psql('postgres', q{SELECT count(*) FROM (SELECT key FROM results_groups
+					GROUP BY key HAVING pklimit_count(key) > 25 * right(key, 1)::int) k}),
+					$quota ? '0' : '4',
+					$quota ? "$name: no key went over its max" : "$name: every key counted refused calls past its max");
+				is($node->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE all_ok) > 0, count(*) FILTER (WHERE NOT all_ok) > 0
+					  FROM (SELECT call, bool_and(ok) AS all_ok FROM results_groups GROUP BY call) c}),
+					't|t', "$name: some calls were allowed and some refused");
+				my $positions = $quota
+				  ? q{SELECT count(*) FROM (SELECT key FROM (SELECT *, bool_and(ok) OVER (PARTITION BY call) AS all_ok
+						FROM results_groups) r WHERE all_ok GROUP BY key
+					  HAVING count(DISTINCT n) <> count(*) OR max(n) <> pklimit_count(key)) k}
+				  : q{SELECT count(*) FROM (SELECT key FROM results_groups GROUP BY key
+					  HAVING count(DISTINCT n) <> count(*) OR min(n) <> 1 OR max(n) <> count(*)) k};
+				is($node->safe_psql('postgres', $positions), '0',
+					"$name: the calls saw distinct positions on every key, ending at its count");
+			};
+		});
+	return;
+}
+
+groups('case 4, overlapping keys', 0);
+groups('case 5, overlapping keys, a quota', 1);
 
 $node->stop;
 done_testing();

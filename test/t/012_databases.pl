@@ -33,6 +33,27 @@ $node->safe_psql('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_acti
 ($out, $err) = timed_psql($node, 'other', "SET statement_timeout = 0; SELECT status FROM pklimit_check('shared-name', 10, '36500 days')");
 is($out, 'ok', 'a read-only, 1 ms, serializable database still gets its events recorded');
 $node->safe_psql('postgres', "ALTER DATABASE other RESET ALL");
+# a lock timeout in the worker under exit_on_error, and a transaction
+# timeout, would end the worker (this test's sessions set their own)
+$node->safe_psql('postgres', "ALTER DATABASE other SET exit_on_error = on");
+if (pg_major() >= 17)
+{
+	$node->safe_psql('postgres', "ALTER DATABASE other SET transaction_timeout = '1ms'");
+	$ENV{PGOPTIONS} = '-c transaction_timeout=0';
+}
+$node->safe_psql('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pklimit worker' AND datname = 'other'");
+my $settled = worker_pid($node, 'other');
+my $locker = $node->background_psql('other');
+$locker->query_safe("BEGIN; SELECT FROM platformkit_limits WHERE key = 'g:shared-name' FOR UPDATE");
+($out, $err) = timed_psql($node, 'other', "SET client_min_messages = error; SET pklimit.timeout = '300ms'; "
+	  . "SELECT status FROM pklimit_check('shared-name', 10, '36500 days')");
+is($out, 'lock_timeout', 'a call on a locked row in a database with exit_on_error answers lock_timeout');
+$locker->query_safe('ROLLBACK');
+$locker->quit;
+is(worker_pid($node, 'other'), $settled, 'and the worker goes on: exit_on_error'
+	  . (pg_major() >= 17 ? ' and transaction_timeout do' : ' does') . ' not reach it');
+delete $ENV{PGOPTIONS};
+$node->safe_psql('postgres', "ALTER DATABASE other RESET ALL");
 
 # --- nobody but the database's owner can make its worker leave
 my $worker_other = worker_pid($node, 'other');
@@ -40,6 +61,10 @@ $node->safe_psql('postgres', 'CREATE ROLE mallory LOGIN');
 $node->psql('postgres', 'SET ROLE mallory; DROP DATABASE other', stderr => \$err);
 like($err, qr/must be owner of database other/, 'an ordinary role cannot drop the database');
 is(worker_pid($node, 'other'), $worker_other, 'and its attempt did not stop the worker');
+$node->safe_psql('postgres', 'ALTER DATABASE other CONNECTION LIMIT 100');
+$node->psql('postgres', 'ALTER DATABASE other SET TABLESPACE nosuch');
+is(worker_pid($node, 'other'), $worker_other,
+	'nor does ALTER DATABASE by its owner, but to move it to a tablespace that exists');
 
 # --- statements that need the database to themselves are not blocked
 is($node->psql('postgres', 'CREATE DATABASE copy TEMPLATE other'), 0,

@@ -1,6 +1,7 @@
 # Rows locked by someone else delay no other key, even in one batch, even
 # with calls on one of them in two windows and a forget of it, and calls on
-# four more locked rows waiting meanwhile.
+# four more locked rows waiting meanwhile; a call on several keys that meets
+# a locked row records none of them, whenever its caller gives up.
 use strict;
 use warnings;
 use FindBin;
@@ -44,9 +45,27 @@ IPC::Run::run([ 'pgbench', '-n', '-c', '4', '-t', '100', '-f', $bench, '-h', $no
 unlike($berr, qr/WARNING/, '400 calls on other keys while rows are locked: none unavailable');
 is($node->safe_psql('postgres', "SELECT sum(pklimit_count('other-' || i)) FROM generate_series(1, 20) i"),
 	'400', 'and all 400 counted');
+
+# Calls on several keys, one of them locked, whose callers give up while
+# they are set aside (budgets around the point where no further try is
+# worth it, and cancels by statement_timeout): none records its free key.
+my $groups = join('', map {
+	my $budget = 40 + 4 * $_;
+	"SET pklimit.timeout = '${budget}ms'; SET statement_timeout = '"
+	  . ($_ % 2 ? '0' : ($budget / 2) . 'ms') . "';\n"
+	  . "SELECT * FROM pklimit_check_all(ARRAY['free-$_', 'held'], ARRAY[100, 100], "
+	  . "ARRAY['36500 days', '36500 days']::interval[]);\n"
+} 1 .. 30);
+my ($gout, $gerr) = timed_psql($node, 'postgres', "SET client_min_messages = error;\n$groups");
+like($gerr, qr/canceling statement due to statement timeout/, 'some calls on several keys were cancelled while set aside');
+is($node->safe_psql('postgres', "SELECT count(*) FROM platformkit_limits WHERE key LIKE 'g:free-%'"), '0',
+	'no call on several keys that met the locked row recorded its free key');
 $locker->query_safe('ROLLBACK');
 $locker->quit;
 $_->quit for @waiters;
+is($node->safe_psql('postgres',
+	"SELECT string_agg(status, ',') FROM pklimit_check_all(ARRAY['free-1', 'held'], ARRAY[100, 100], "
+	  . "ARRAY['36500 days', '36500 days']::interval[])"), 'ok,ok', 'once the row is free, such a call records both keys');
 
 
 $node->stop;

@@ -29,46 +29,63 @@ my $tmp = abs_path(PostgreSQL::Test::Utils::tempdir);    # go wants absolute pat
 # Every example replays the same attempts, each in its own database (its own
 # counters), so the expected lines are the same for all three.
 my $attempts = <<'EOF';
-alice acme wrong
-alice acme wrong
-alice acme wrong
-alice acme wrong
-alice acme wrong
-alice acme wrong
-alice acme s3cret
-alice globex wrong
-alice - wrong
-bob acme wrong
-bob acme wrong
-bob acme hunter2
-bob acme wrong
-mallory acme s3cret
-alice globex s3cret
-alice globex wrong
+alice acme 10.0.0.1 wrong
+alice acme 10.0.0.1 wrong
+alice acme 10.0.0.1 wrong
+alice acme 10.0.0.1 wrong
+alice acme 10.0.0.1 wrong
+alice acme 10.0.0.1 wrong
+alice acme 10.0.0.1 s3cret
+alice globex 10.0.0.2 wrong
+alice - 10.0.0.2 wrong
+bob acme 10.0.0.3 wrong
+bob acme 10.0.0.3 wrong
+bob acme 10.0.0.3 hunter2
+bob acme 10.0.0.3 wrong
+mallory acme 10.0.0.3 s3cret
+alice globex 10.0.0.2 s3cret
+alice globex 10.0.0.2 wrong
+carol acme 10.0.0.1 wrong
+dave acme 10.0.0.1 wrong
 EOF
+# 5 attempts per account per 15 minutes, 8 per address per hour; remaining
+# is the smaller of the two, retry_after the longer refusal.
 my @expected = (
-	qr/^alice acme wrong -> 401 remaining=4$/,
-	qr/^alice acme wrong -> 401 remaining=3$/,
-	qr/^alice acme wrong -> 401 remaining=2$/,
-	qr/^alice acme wrong -> 401 remaining=1$/,
-	qr/^alice acme wrong -> 401 remaining=0$/,
-	qr/^alice acme wrong -> 429 retry_after=(\d+)$/,     # 6th: refused
-	qr/^alice acme s3cret -> 429 retry_after=(\d+)$/,    # refused before the hash
-	qr/^alice globex wrong -> 401 remaining=4$/,         # another tenant
-	qr/^alice - wrong -> 401 remaining=4$/,              # no tenant
-	qr/^bob acme wrong -> 401 remaining=4$/,             # another user
-	qr/^bob acme wrong -> 401 remaining=3$/,
-	qr/^bob acme hunter2 -> 200$/,                       # forgets bob
-	qr/^bob acme wrong -> 401 remaining=4$/,             # a fresh count
-	qr/^mallory acme s3cret -> 401 remaining=4$/,        # unknown user
-	qr/^alice globex s3cret -> 200$/,
-	qr/^alice globex wrong -> 401 remaining=4$/,);
-# What the attempts leave in platformkit_limits.
+	qr/^alice acme 10\.0\.0\.1 wrong -> 401 remaining=4$/,
+	qr/^alice acme 10\.0\.0\.1 wrong -> 401 remaining=3$/,
+	qr/^alice acme 10\.0\.0\.1 wrong -> 401 remaining=2$/,
+	qr/^alice acme 10\.0\.0\.1 wrong -> 401 remaining=1$/,
+	qr/^alice acme 10\.0\.0\.1 wrong -> 401 remaining=0$/,
+	qr/^alice acme 10\.0\.0\.1 wrong -> 429 retry_after=(\d+)$/,     # 6th: the account refuses
+	qr/^alice acme 10\.0\.0\.1 s3cret -> 429 retry_after=(\d+)$/,    # refused before the hash
+	qr/^alice globex 10\.0\.0\.2 wrong -> 401 remaining=4$/,         # another tenant
+	qr/^alice - 10\.0\.0\.2 wrong -> 401 remaining=4$/,              # no tenant
+	qr/^bob acme 10\.0\.0\.3 wrong -> 401 remaining=4$/,             # another user
+	qr/^bob acme 10\.0\.0\.3 wrong -> 401 remaining=3$/,
+	qr/^bob acme 10\.0\.0\.3 hunter2 -> 200$/,                       # forgets the account
+	qr/^bob acme 10\.0\.0\.3 wrong -> 401 remaining=4$/,             # a fresh account count
+	qr/^mallory acme 10\.0\.0\.3 s3cret -> 401 remaining=3$/,        # the address's 5th of 8
+	qr/^alice globex 10\.0\.0\.2 s3cret -> 200$/,
+	qr/^alice globex 10\.0\.0\.2 wrong -> 401 remaining=4$/,
+	qr/^carol acme 10\.0\.0\.1 wrong -> 401 remaining=0$/,           # the address's 8th of 8
+	qr/^dave acme 10\.0\.0\.1 wrong -> 429 retry_after=(\d+)$/,      # a fresh account, the address refuses
+);
+# The longest refusal each 429 line may report: the account's window (15
+# minutes), or the address's (1 hour).
+my @retry_max = (0, 0, 0, 0, 0, 900, 900, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3600);
+# What the attempts leave in platformkit_limits: every attempt counts on both
+# keys, the account forgotten after a correct password.
 my $expected_rows = join("\n",
+	'g:ip:10.0.0.2|1',
 	'g:login:alice|1',
+	't4:acme:ip:10.0.0.1|9',
+	't4:acme:ip:10.0.0.3|5',
 	't4:acme:login:alice|7',
 	't4:acme:login:bob|1',
+	't4:acme:login:carol|1',
+	't4:acme:login:dave|1',
 	't4:acme:login:mallory|1',
+	't6:globex:ip:10.0.0.2|3',
 	't6:globex:login:alice|1');
 
 # The 15-minute windows are aligned to the epoch: start a replay at least 30 s
@@ -114,7 +131,7 @@ sub run_example
 		like($line, $expected[$i], "$lang attempt " . ($i + 1));
 		if ($line =~ /retry_after=(\d+)$/)
 		{
-			ok($1 >= 1 && $1 <= 900, "$lang retry_after $1 is within 1..900 s");
+			ok($1 >= 1 && $1 <= $retry_max[$i], "$lang retry_after $1 is within 1..$retry_max[$i] s");
 		}
 	}
 	is($node->safe_psql($db,

@@ -164,13 +164,13 @@ my ($out, $err) = ('', '');
 	local $ENV{PGDATABASE} = 'postgres';
 	local $ENV{PGUSER} = $user;
 	IPC::Run::run([ '/usr/bin/python3', "$examples/python/login.py" ],
-		'<', \"carol acme wrong\ncarol - wrong\ncarol acme wrong\ncarol globex wrong\n",
+		'<', \"carol acme 10.0.0.9 wrong\ncarol - 10.0.0.9 wrong\ncarol acme 10.0.0.9 wrong\ncarol globex 10.0.0.9 wrong\n",
 		'>', \$out, '2>', \$err, IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
 }
 is($err, '', '(c) the Python example runs through pgbouncer without errors');
 is($out,
-	"carol acme wrong -> 401 remaining=4\ncarol - wrong -> 401 remaining=4\n"
-	  . "carol acme wrong -> 401 remaining=3\ncarol globex wrong -> 401 remaining=4\n",
+	"carol acme 10.0.0.9 wrong -> 401 remaining=4\ncarol - 10.0.0.9 wrong -> 401 remaining=4\n"
+	  . "carol acme 10.0.0.9 wrong -> 401 remaining=3\ncarol globex 10.0.0.9 wrong -> 401 remaining=4\n",
 	'(c) the Python example through the polluted pool: counts per tenant');
 is($node->safe_psql('postgres',
 		"SELECT key, count FROM platformkit_limits WHERE key LIKE '%carol' ORDER BY key COLLATE \"C\""),

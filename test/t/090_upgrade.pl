@@ -1,7 +1,8 @@
 # Upgrade: one library serves a database still at 0.1.0 beside one at
 # 0.2.0; ALTER EXTENSION pklimit UPDATE from 0.1.0, run while calls go on,
 # keeps every row, count and the pg_cron job, and leaves pklimit's objects
-# identical to a fresh 0.2.0 install.
+# identical to a fresh 0.2.0 install; it refuses to go on beside an object
+# planted under one of pklimit's names.
 use strict;
 use warnings;
 use FindBin;
@@ -77,10 +78,66 @@ is($node->safe_psql('old', $rows), $rows_before, 'every row and count is kept');
 is($node->safe_psql('old', $job), $job_before, 'the pg_cron job is kept');
 my $updated = extension_catalog($node, 'old');
 my $fresh = extension_catalog($node, 'fresh');
-like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval\)/m, 'the catalog comparison sees the functions');
+like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval,bigint,boolean,interval\)/m,
+	'the catalog comparison sees the functions');
+like($fresh, qr/^column public\.platformkit_limits\.blocked_until timestamp with time zone/m,
+	'and the column 0.2.0 adds');
 like($fresh, qr/^column public\.platformkit_limits\.count bigint/m, 'and the columns');
 is($updated, $fresh, 'the updated database has the objects of a fresh 0.2.0 install');
 is($node->safe_psql('old', "SELECT pklimit_allow('after', 1, '1 hour')"), 't', 'calls go on after the update');
+is($node->safe_psql('old', "SELECT allowed FROM pklimit_check('after', 1, '1 hour', block => '1 day')"), 'f',
+	'and take what 0.2.0 adds');
+
+# --- the privileges of a replaced function are carried over, as a user's
+$node->safe_psql('postgres', 'CREATE DATABASE carried');
+$node->safe_psql('carried', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.1.0'");
+$node->safe_psql('carried', q{
+	REVOKE ALL ON FUNCTION pklimit_allow(text, bigint, interval) FROM PUBLIC;
+	GRANT EXECUTE ON FUNCTION pklimit_allow(text, bigint, interval) TO app;
+	REVOKE ALL ON FUNCTION pklimit_check(text, bigint, interval) FROM PUBLIC});
+# a setting of the update's own name, planted on the database, is not read
+$node->safe_psql('postgres', "ALTER DATABASE carried SET pklimit_update.acl_pklimit_check_all = '{app=X/postgres}'");
+$node->safe_psql('carried', 'ALTER EXTENSION pklimit UPDATE');
+is($node->safe_psql('carried', q{
+	SELECT string_agg(p.proname || ':' || has_function_privilege('app', p.oid, 'EXECUTE')
+	  || ':' || has_function_privilege('public', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
+	  FROM pg_proc p WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
+	   AND p.pronargs = 6}),
+	'pklimit_allow:true:false pklimit_allow_all:true:false pklimit_check:false:false pklimit_check_all:false:false',
+	'a replaced function keeps the privileges of the one it replaces, and its call on several keys gets them');
+is($node->safe_psql('carried', q{
+	SELECT count(*) FROM pg_init_privs i JOIN pg_proc p ON p.oid = i.objoid
+	 WHERE i.classoid = 'pg_proc'::regclass
+	   AND p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')}),
+	'0', 'as the grants of a user, which pg_dump dumps');
+
+# --- a view of a user on a replaced function makes the update fail
+$node->safe_psql('postgres', 'CREATE DATABASE viewed');
+$node->safe_psql('viewed', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.1.0'");
+$node->safe_psql('viewed', "CREATE VIEW login_check AS SELECT * FROM pklimit_check('login', 5, '1 hour')");
+my ($ret, $out, $err) = $node->psql('viewed', 'ALTER EXTENSION pklimit UPDATE');
+like($err, qr/cannot drop function pklimit_check\(text,bigint,interval\) because other objects depend on it/,
+	'a view on a replaced function blocks the update, naming it');
+is($node->safe_psql('viewed', $version), '0.1.0', 'which changed nothing');
+$node->safe_psql('viewed', 'DROP VIEW login_check; ALTER EXTENSION pklimit UPDATE');
+is($node->safe_psql('viewed', $version), '0.2.0', 'without the view the update goes through');
+
+# --- an overload planted before a 0.1.0 install (whose script does not
+# check) makes the update fail: it would take the place of pklimit's
+# function in a call
+$node->safe_psql('postgres', 'CREATE DATABASE planted');
+$node->safe_psql('planted', 'GRANT CREATE ON SCHEMA public TO app');
+$node->safe_psql('planted', q{SET ROLE app;
+	CREATE FUNCTION public.pklimit_allow(k text, m integer, w interval) RETURNS boolean
+	LANGUAGE sql AS $$SELECT true$$});
+$node->safe_psql('planted', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.1.0'");
+($ret, $out, $err) = $node->psql('planted', 'ALTER EXTENSION pklimit UPDATE');
+like($err, qr/schema public has objects with pklimit's names that are not pklimit's: function pklimit_allow\(text,integer,interval\)/,
+	'an overload planted at 0.1.0 makes the update fail, naming it');
+is($node->safe_psql('planted', $version), '0.1.0', 'which changed nothing');
+$node->safe_psql('planted', 'DROP FUNCTION public.pklimit_allow(text, integer, interval); ALTER EXTENSION pklimit UPDATE');
+is($node->safe_psql('planted', "SELECT pklimit_allow('k', 0, '1 hour')"), 'f',
+	'without it the update goes through, and pklimit answers');
 
 $node->stop;
 done_testing();

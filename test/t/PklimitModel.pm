@@ -91,7 +91,7 @@ sub op_sql
 	return "COMMIT;" if $op eq 'commit';
 	return "ROLLBACK;" if $op eq 'rollback';
 	return "SELECT pklimit_purge(" . q_lit($o->{rs}) . ");" if $op eq 'purge';
-	return "SELECT pklimit_allow($k, $o->{max}, " . q_lit($o->{ws}) . ");"
+	return "SELECT pklimit_allow($k, $o->{max}, " . q_lit($o->{ws}) . options_sql($o) . ");"
 	  if $op eq 'allow';
 	return "SELECT pklimit_allow($k);" if $op eq 'allow1';
 	return
@@ -99,11 +99,31 @@ sub op_sql
 	  . " (extract(epoch FROM reset_at) * 1000000)::bigint,"
 	  . " (extract(epoch FROM retry_after) * 1000000)::bigint, status"
 	  . " FROM pklimit_check($k, $o->{max}, "
-	  . q_lit($o->{ws}) . ");"
+	  . q_lit($o->{ws}) . options_sql($o) . ");"
 	  if $op eq 'check';
+	return
+	    "SELECT string_agg(CASE WHEN c.allowed THEN 't' ELSE 'f' END"
+	  . " || '|' || c.count || '|' || c.remaining || '|' || c.status, ',' ORDER BY c.n)"
+	  . " FROM pklimit_check_all(ARRAY[" . join(', ', map { q_lit($_) } @{ $o->{keys} }) . "],"
+	  . " ARRAY[" . join(', ', @{ $o->{maxes} }) . "]::pg_catalog.int8[],"
+	  . " ARRAY[" . join(', ', map { q_lit($_) } @{ $o->{wss} }) . "]::pg_catalog.interval[]"
+	  . options_sql($o) . ") WITH ORDINALITY"
+	  . " c(key, allowed, count, remaining, reset_at, retry_after, status, n);"
+	  if $op eq 'check_all';
 	return "SELECT pklimit_count($k);" if $op eq 'count';
 	return "SELECT pklimit_forget($k);" if $op eq 'forget';
 	die "unknown op $op";
+}
+
+# The options of a call, as named arguments: cost, record_refused, block.
+sub options_sql
+{
+	my ($o) = @_;
+	my $sql = '';
+	$sql .= ", cost => $o->{cost}" if defined $o->{cost};
+	$sql .= ", record_refused => " . ($o->{rr} ? 'true' : 'false') if defined $o->{rr};
+	$sql .= ", block => " . q_lit($o->{bs}) if defined $o->{bs};
+	return $sql;
 }
 
 # The operation in short, for the failure report.
@@ -111,10 +131,13 @@ sub op_desc
 {
 	my ($o) = @_;
 	my $op = $o->{op};
-	return "pklimit_allow(" . show($o->{key}) . ", $o->{max}, '$o->{ws}')"
+	return "pklimit_allow(" . show($o->{key}) . ", $o->{max}, '$o->{ws}'" . options_sql($o) . ")"
 	  if $op eq 'allow';
-	return "pklimit_check(" . show($o->{key}) . ", $o->{max}, '$o->{ws}')"
+	return "pklimit_check(" . show($o->{key}) . ", $o->{max}, '$o->{ws}'" . options_sql($o) . ")"
 	  if $op eq 'check';
+	return "pklimit_check_all([" . join(', ', map { show($_) } @{ $o->{keys} }) . "], ["
+	  . join(', ', @{ $o->{maxes} }) . "], [" . join(', ', @{ $o->{wss} }) . "]" . options_sql($o) . ")"
+	  if $op eq 'check_all';
 	return "pklimit_$op(" . show($o->{key}) . ")"
 	  if $op eq 'count' || $op eq 'forget';
 	return "pklimit_allow(" . show($o->{key}) . ")" if $op eq 'allow1';
@@ -146,34 +169,85 @@ sub window_of
 }
 
 
-# One event on the key: a key has one window at a time, so it counts in the
-# key's open window whatever the call's window length ($w); a new window of
-# length $w starts only once the key's window has closed.
-sub model_hit
+# The rules of a limit, as the README's table says (src/limit.c in C).  A
+# call at time $t on the row of key $id with max $max, window $w, cost $cost
+# (0: a peek), record_refused $rr and block $block (0: none).  decide()
+# gives the key's own decision; apply_call() records it: $record says
+# whether its events are recorded (its own, or its group's, decision
+# allowed, or record_refused).
+sub decide
 {
-	my ($rows, $id, $t, $w) = @_;
-	my $row = $rows->{$id};
-	if ($row && $row->{we} > $t)
-	{
-		$row->{count}++ if $row->{count} < INT64_MAX;    # saturates
-		$coverage{ $row->{we} - $row->{ws} == $w
-			  ? 'increment'
-			  : 'other_length_counts_in_open_window' }++;
-	}
+	my ($row, $t, $c) = @_;
+	my $open = $row && $row->{we} > $t;
+	my %d = (count => $open ? $row->{count} : 0);
+	$d{we} = $open ? $row->{we} : (window_of($t, $c->{w}))[1];
+	$d{blocked} = $row && $row->{bu_lo} && $row->{bu_lo} > $t;
+	if ($d{blocked}) { $d{allowed} = 0; $coverage{blocked}++; }
 	else
 	{
-		$coverage{restart_closed}++ if $row;
-		my ($ws, $we) = window_of($t, $w);
-		$row = $rows->{$id} = { ws => $ws, we => $we, count => 1 };
+		# a peek asks about one more event; the sum saturates as the count
+		my $events = $c->{cost} == 0 ? 1 : $c->{cost};
+		my $reached = $events > INT64_MAX - $d{count} ? INT64_MAX : $d{count} + $events;
+		$d{allowed} = $reached <= $c->{max};
+		$coverage{peek}++ if $c->{cost} == 0;
+	}
+	return \%d;
+}
+
+sub apply_call
+{
+	my ($rows, $id, $t, $c, $d, $record, $t1) = @_;
+	my $row = $rows->{$id};
+	my $open = $row && $row->{we} > $t;
+	return $row if $d->{blocked} || $c->{cost} == 0;
+	if ($record)
+	{
+		if (!$open)
+		{
+			$coverage{restart_closed}++ if $row;
+			my ($ws, $we) = window_of($t, $c->{w});
+			$row = $rows->{$id} = { %{ $row // {} }, ws => $ws, we => $we, count => 0 };
+		}
+		elsif ($row->{we} - $row->{ws} != $c->{w})
+		{
+			$coverage{other_length_counts_in_open_window}++;
+		}
+		$row->{count} = $row->{count} > INT64_MAX - $c->{cost} ? INT64_MAX : $row->{count} + $c->{cost};
+		$d->{count} = $row->{count};
+		$coverage{recorded}++;
+	}
+	else { $coverage{not_recorded}++; }
+	if (!$d->{allowed} && $c->{block})
+	{
+		if (!$row || $row->{we} <= $t)
+		{
+			my ($ws, $we) = window_of($t, $c->{w});
+			$row = $rows->{$id} = { %{ $row // {} }, ws => $ws, we => $we, count => 0 };
+		}
+		# blocked until the block after the event's time (an instant in
+		# [t, t1]), or the window's end if later
+		$row->{bu_lo} = $t + $c->{block} > $row->{we} ? $t + $c->{block} : $row->{we};
+		$row->{bu_hi} = $t1 + $c->{block} > $row->{we} ? $t1 + $c->{block} : $row->{we};
+		$d->{blocked} = 1;
+		$coverage{block_started}++;
 	}
 	return $row;
+}
+
+# The call of operation $o (allow, check) with the session's defaults.
+sub call_of
+{
+	my ($o, %s) = @_;
+	my ($max, $w) = $o->{op} eq 'allow1' ? ($s{max}, $s{window}) : ($o->{max}, $o->{w});
+	return { max => $max, w => $w, cost => $o->{cost} // 1, rr => $o->{rr} // 1,
+		block => $o->{block} // 0 };
 }
 
 # Apply the batch's operations to the model; returns the expected output
 # lines, each as [expected string, op index, matcher].
 sub model_run
 {
-	my ($rows, $ops, $t, $conn_tenant) = @_;
+	my ($rows, $ops, $t, $conn_tenant, $t1) = @_;
 	my %s = (
 		tenant => $conn_tenant // '',
 		local_tenant => undef,
@@ -205,28 +279,48 @@ sub model_run
 			$s{local_tenant} = undef;
 			next;
 		}
-		if ($op eq 'allow' || $op eq 'allow1')
+		if ($op eq 'allow' || $op eq 'allow1' || $op eq 'check')
 		{
-			my ($max, $w) =
-			  $op eq 'allow' ? ($o->{max}, $o->{w}) : ($s{max}, $s{window});
-			my $row = model_hit($rows, $id, $t, $w);
-			push @expect, [ $row->{count} <= $max ? 't' : 'f', $i ];
-			$coverage{refused}++ if $row->{count} > $max;
+			my $c = call_of($o, %s);
+			my $d = decide($rows->{$id}, $t, $c);
+			my $row = apply_call($rows, $id, $t, $c, $d, $d->{allowed} || $c->{rr}, $t1);
+			$coverage{refused}++ unless $d->{allowed};
+			if ($op ne 'check')
+			{
+				push @expect, [ $d->{allowed} ? 't' : 'f', $i ];
+				next;
+			}
+			# reset_at and retry_after, as closely as the model knows them:
+			# the event's time is an instant in [t, t1]
+			my $remaining = $d->{allowed} ? $c->{max} - $d->{count} : 0;
+			my ($reset, $retry);
+			if ($d->{allowed}) { ($reset, $retry) = ($d->{we}, 0); }
+			else
+			{
+				my ($lo, $hi) = $d->{blocked} ? ($row->{bu_lo}, $row->{bu_hi}) : ($d->{we}, $d->{we});
+				($reset, $retry) = ($lo == $hi ? $lo : [ $lo, $hi ], [ $lo - $t1, $hi - $t ]);
+			}
+			push @expect, [ [ $d->{allowed} ? 't' : 'f', $d->{count}, $remaining, $reset, $retry, 'ok' ], $i ];
 			next;
 		}
-		if ($op eq 'check')
+		if ($op eq 'check_all')
 		{
-			my $row = model_hit($rows, $id, $t, $o->{w});
-			my $allowed = $row->{count} <= $o->{max};
-			my $remaining = $allowed ? $o->{max} - $row->{count} : 0;
-			push @expect,
-			  [
-				join('|',
-					$allowed ? 't' : 'f', $row->{count}, $remaining,
-					$row->{we}, $allowed ? 0 : '<retry_after>', 'ok'),
-				$i,
-				{ retry_for_we => $allowed ? undef : $row->{we} }
-			  ];
+			my @ids = map { "$tenant\0$_" } @{ $o->{keys} };
+			my @calls = map {
+				{ max => $o->{maxes}[$_], w => $o->{wus}[$_], cost => $o->{cost} // 1,
+					rr => $o->{rr} // 1, block => $o->{block} // 0 }
+			} 0 .. $#ids;
+			my @d = map { decide($rows->{ $ids[$_] }, $t, $calls[$_]) } 0 .. $#ids;
+			my $all = !grep { !$_->{allowed} } @d;
+			$coverage{group_refused}++ unless $all;
+			apply_call($rows, $ids[$_], $t, $calls[$_], $d[$_], $all || $calls[$_]{rr}, $t1)
+			  for 0 .. $#ids;
+			push @expect, [
+				join(',', map {
+					join('|', $d[$_]{allowed} ? 't' : 'f', $d[$_]{count},
+						$d[$_]{allowed} ? $calls[$_]{max} - $d[$_]{count} : 0, 'ok')
+				} 0 .. $#ids),
+				$i ];
 			next;
 		}
 		if ($op eq 'count')
@@ -254,7 +348,8 @@ sub model_run
 			my $n = 0;
 			for my $k (keys %$rows)
 			{
-				if ($rows->{$k}{we} + $o->{r} < $t)
+				my $bu = $rows->{$k}{bu_hi} // 0;
+				if ($rows->{$k}{we} + $o->{r} < $t && (!$bu || $bu + $o->{r} < $t))
 				{
 					delete $rows->{$k};
 					$n++;
@@ -282,7 +377,17 @@ sub boundary_crossed
 	for my $o (@$ops)
 	{
 		$lengths{ $o->{w} } = 1 if defined $o->{w};
+		$lengths{$_} = 1 for @{ $o->{wus} // [] };
 		$retentions{ $o->{r} } = 1 if defined $o->{r};
+	}
+	# a block that ends during the batch, or its purge cutoff
+	for my $row (values %model)
+	{
+		next unless $row->{bu_lo};
+		for my $r (keys %retentions)
+		{
+			return 'block' if $row->{bu_hi} + $r >= $t0 && $row->{bu_lo} + $r <= $t1;
+		}
 	}
 	use integer;
 	for my $w (sort { $a <=> $b } keys %lengths)
@@ -381,7 +486,7 @@ sub run_batch
 		}
 
 		my %before = map { $_ => {%{ $model{$_} }} } keys %model;
-		my @expect = model_run(\%model, $ops, $t0, $conn_tenant);
+		my @expect = model_run(\%model, $ops, $t0, $conn_tenant, $t1);
 		my $mismatch = compare(\@expect, \@got, $t0, $t1);
 		if (!defined $mismatch && $nrows ne scalar(keys %model))
 		{
@@ -404,6 +509,22 @@ sub run_batch
 	return undef;
 }
 
+# Does field $f of a pklimit_check line match the model's $e, exact or
+# [lo, hi]?
+sub field_matches
+{
+	my ($f, $e) = @_;
+	return $f eq $e unless ref $e;
+	return $f =~ /^-?\d+$/ && $f >= $e->[0] && $f <= $e->[1];
+}
+
+# The model's pklimit_check line in short, for a failure report.
+sub show_fields
+{
+	my ($e) = @_;
+	return join('|', map { ref $_ ? '[' . join(',', @$_) . ']' : $_ } @$e);
+}
+
 # Returns undef if all lines match, else a description of the first mismatch
 # (and sets $_->[3] = 1 on the offending expectation).
 sub compare
@@ -411,35 +532,24 @@ sub compare
 	my ($expect, $got, $t0, $t1) = @_;
 	for my $n (0 .. $#$expect)
 	{
-		my ($exp, $i, $m) = @{ $expect->[$n] };
+		my ($exp, $i) = @{ $expect->[$n] };
 		my $g = $got->[$n];
+		my $ok;
 		if (!defined $g)
 		{
 			$expect->[$n][3] = 1;
 			return "output line " . ($n + 1) . " missing";
 		}
-		my $ok;
-		if ($m && exists $m->{retry_for_we})
+		if (ref $exp)
 		{
-			# pklimit_check: all fields exact except retry_after, which must
-			# be reset_at minus the event's time, an instant in [t0, t1].
-			my @e = split /\|/, $exp, -1;
+			# pklimit_check: allowed, count, remaining, reset_at,
+			# retry_after (microseconds), status
 			my @f = split /\|/, $g, -1;
-			$ok = @f == @e;
-			for my $c (0 .. $#e)
+			$ok = @f == @$exp;
+			for my $c (0 .. $#f)
 			{
 				last unless $ok;
-				if ($e[$c] eq '<retry_after>')
-				{
-					my $we = $m->{retry_for_we};
-					$ok = $f[$c] =~ /^\d+$/
-					  && $f[$c] >= $we - $t1
-					  && $f[$c] <= $we - $t0;
-				}
-				else
-				{
-					$ok = $f[$c] eq $e[$c];
-				}
+				$ok = field_matches($f[$c], $exp->[$c]);
 			}
 		}
 		else
@@ -450,7 +560,7 @@ sub compare
 		{
 			$expect->[$n][3] = 1;
 			return "operation " . ($i + 1) . ": expected "
-			  . show($exp) . ", got " . show($g);
+			  . show(ref $exp ? show_fields($exp) : $exp) . ", got " . show($g);
 		}
 	}
 	return "output has " . scalar(@$got) . " lines, expected "
@@ -475,7 +585,8 @@ sub report
 		my $sql = op_desc($ops->[$i]);
 		my $l = $line_of{$i};
 		my $res = defined $l
-		  ? "  => got " . show($got->[$l]) . ", model " . show($expect->[$l][0])
+		  ? "  => got " . show($got->[$l]) . ", model "
+		  . show(ref $expect->[$l][0] ? show_fields($expect->[$l][0]) : $expect->[$l][0])
 		  : '';
 		push @lines, sprintf("  %4d %s%s", $i + 1, $sql, $res);
 	}
@@ -484,7 +595,7 @@ sub report
 	{
 		# Replay the model up to just before the failing operation.
 		my %rows = map { $_ => {%{ $before->{$_} }} } keys %$before;
-		model_run(\%rows, [ @{$ops}[ 0 .. $bad_op - 1 ] ], $t0, $conn_tenant)
+		model_run(\%rows, [ @{$ops}[ 0 .. $bad_op - 1 ] ], $t0, $conn_tenant, $t1)
 		  if $bad_op > 0;
 		push @lines, "tenant in effect: " . show($o->{_tenant});
 		push @lines, "model rows for key " . show($o->{key})
@@ -495,7 +606,8 @@ sub report
 			my ($t, $k) = split /\0/, $id, 2;
 			next unless $k eq $o->{key};
 			my $r = $rows{$id};
-			push @lines, "  " . show($t) . " $r->{ws} $r->{we} $r->{count}";
+			push @lines, "  " . show($t) . " $r->{ws} $r->{we} $r->{count}"
+			  . ($r->{bu_lo} ? " blocked until $r->{bu_lo}..$r->{bu_hi}" : '');
 		}
 	}
 	diag(join("\n", @lines));

@@ -67,7 +67,8 @@ sub timed_psql
 # must leave it identical to a fresh install: the extension's version and
 # configuration tables; its member objects; functions with their full
 # definition (signature, defaults, volatility, parallel safety, proconfig, C
-# symbol), ACL and comment; relations with row level security flags, ACL
+# symbol), ACL and comment; the initial privileges pg_dump measures grants
+# against; relations with row level security flags, ACL
 # and comment; columns by name (type, collation, NOT NULL, default, ACL,
 # comment); constraints, indexes, policies, triggers, rules and views.
 sub extension_catalog
@@ -92,6 +93,10 @@ SELECT line FROM (
 	SELECT format(E'function %s acl=%s comment=%s\n%s', p.oid::regprocedure,
 		p.proacl, obj_description(p.oid, 'pg_proc'), pg_get_functiondef(p.oid))
 	  FROM pg_proc p JOIN members m ON m.classid = 'pg_proc'::regclass AND m.objid = p.oid
+	UNION ALL
+	SELECT format('initial privileges %s %s', pg_describe_object(i.classoid, i.objoid, i.objsubid),
+		i.initprivs)
+	  FROM pg_init_privs i JOIN members m ON m.classid = i.classoid AND m.objid = i.objoid
 	UNION ALL
 	SELECT format('relation %s kind=%s persistence=%s rls=%s force=%s acl=%s comment=%s',
 		c.oid::regclass, c.relkind, c.relpersistence, c.relrowsecurity,

@@ -1,0 +1,250 @@
+/*-------------------------------------------------------------------------
+ *
+ * unit.c
+ *		Applies one unit of the worker's transaction and answers its entries
+ *		as serial execution would: a run of folded hits on one key (one
+ *		upsert), a call decided in C on its locked row (limit.c), the calls
+ *		on several keys of one group (all recorded or none), a peek, a count
+ *		or a forget.  Runs in apply.c's transactions, as the table's owner;
+ *		the statements are store.c's.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/int.h"
+#include "utils/timestamp.h"
+
+#include "pklimit.h"
+
+/*
+ * The request whose statement runs: a lock timeout raised by it is put down
+ * to that request's key (apply.c).
+ */
+const PklimitRequest *pklimit_unit_current = NULL;
+
+/* The entries of unit u, in the order they arrived. */
+static int
+members_of(PklimitEntry **entries, int n, int u, PklimitEntry **members)
+{
+	int			m = 0;
+
+	for (int j = 0; j < n; j++)
+		if (entries[j]->unit == u)
+			members[m++] = entries[j];
+	return m;
+}
+
+/* An entry's answer: applied, with the result of its call. */
+static void
+answer(PklimitEntry *e, const PklimitResult *result)
+{
+	memset(&e->answer, 0, sizeof(e->answer));
+	e->answer.status = PKLIMIT_OK;
+	e->answer.result = *result;
+}
+
+/*
+ * Folded hits: their events in one upsert, each answered the count after
+ * its own events.  A folded unit whose count comes back at the largest
+ * bigint does not say where it started, so its events cannot get their own
+ * counts: they are marked unfold instead, and false is returned.
+ */
+static bool
+apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
+{
+	const PklimitRequest *head = &members[0]->request;
+	TimestampTz now = GetCurrentTimestamp();
+	int64		events = 0;
+	int64		before;
+	PklimitRow	row;
+	bool		blocked;
+
+	for (int k = 0; k < m; k++)
+		if (pg_add_s64_overflow(events, members[k]->request.call.cost, &events))
+		{
+			/* more events than a count can hold: one statement each */
+			for (int j = 0; j < m; j++)
+				members[j]->unfold = true;
+			return false;
+		}
+	pklimit_unit_current = head;
+	pklimit_store_hit(table, head->key, head->call.window_usec, events, now,
+					  &row);
+	if (m > 1 && row.count == PG_INT64_MAX)
+	{
+		for (int k = 0; k < m; k++)
+			members[k]->unfold = true;
+		return false;
+	}
+	blocked = (row.blocked_until > now);
+	before = blocked ? row.count : row.count - events;
+	for (int k = 0; k < m; k++)
+	{
+		const PklimitCall *call = &members[k]->request.call;
+		PklimitResult result = {0};
+
+		if (!blocked)
+			before += call->cost;
+		result.found = true;
+		result.count = (row.window_end > now) ? before : 0;
+		result.allowed = !blocked && result.count <= call->max_count;
+		result.window_end = row.window_end;
+		result.event_at = now;
+		result.refused_until = blocked ? row.blocked_until : row.window_end;
+		answer(members[k], &result);
+	}
+	return true;
+}
+
+/* Would writing row b change row a?  (Fields only: padding may differ.) */
+static bool
+rows_differ(const PklimitRow *a, const PklimitRow *b)
+{
+	return a->exists != b->exists || a->count != b->count ||
+		a->window_start != b->window_start || a->window_end != b->window_end ||
+		a->updated_at != b->updated_at || a->blocked_until != b->blocked_until;
+}
+
+static int
+compare_keys(const void *a, const void *b)
+{
+	return strcmp((*(PklimitEntry *const *) a)->request.key,
+				  (*(PklimitEntry *const *) b)->request.key);
+}
+
+/*
+ * Calls decided in C: one call with its own rules, or the calls on the keys
+ * of one group, whose rows are locked in the order of their stored keys (so
+ * two groups over the same keys never wait on each other in a circle), then
+ * decided together: a key is recorded if every key of the group allows, or
+ * if record_refused.
+ */
+static void
+apply_limits(PklimitEntry **members, int m, const PklimitTable *table)
+{
+	PklimitRow	before[PKLIMIT_GROUP_MAX];
+	PklimitRow	after;
+	PklimitDecision decision[PKLIMIT_GROUP_MAX];
+	bool		all_allowed = true;
+	TimestampTz now;
+
+	/* a group is applied whole or not at all, never a part of it */
+	if (m > PKLIMIT_GROUP_MAX || m != Max(1, members[0]->request.group_size))
+		elog(ERROR, "pklimit: a call on %d keys has %d in this transaction",
+			 members[0]->request.group_size, m);
+	qsort(members, m, sizeof(PklimitEntry *), compare_keys);
+	for (int k = 0; k < m; k++)
+	{
+		pklimit_unit_current = &members[k]->request;
+		(void) pklimit_store_read(table, members[k]->request.key, true,
+								  &before[k]);
+	}
+	now = GetCurrentTimestamp();
+	for (int k = 0; k < m; k++)
+	{
+		pklimit_decide(&before[k], &members[k]->request.call, now,
+					   &decision[k]);
+		all_allowed &= decision[k].allowed;
+	}
+	for (int k = 0; k < m; k++)
+	{
+		const PklimitCall *call = &members[k]->request.call;
+		PklimitResult result = {0};
+
+		pklimit_apply_decision(&before[k], call, now,
+							   all_allowed || call->record_refused,
+							   &decision[k], &after);
+		if (rows_differ(&before[k], &after))
+		{
+			pklimit_unit_current = &members[k]->request;
+			pklimit_store_write(table, members[k]->request.key, &after);
+		}
+		result.found = true;
+		result.allowed = decision[k].allowed;
+		result.count = decision[k].count;
+		result.window_end = decision[k].window_end;
+		result.event_at = now;
+		result.refused_until = pklimit_refused_until(&after, &decision[k], now);
+		answer(members[k], &result);
+	}
+}
+
+/* A peek: the decision of a call that records nothing. */
+static void
+apply_peek(PklimitEntry *e, const PklimitTable *table)
+{
+	PklimitRow	row;
+	PklimitDecision decision;
+	PklimitResult result = {0};
+	TimestampTz now;
+
+	(void) pklimit_store_read(table, e->request.key, false, &row);
+	now = GetCurrentTimestamp();
+	pklimit_decide(&row, &e->request.call, now, &decision);
+	result.found = row.exists;
+	result.allowed = decision.allowed;
+	result.count = decision.count;
+	result.window_end = decision.window_end;
+	result.event_at = now;
+	result.refused_until = pklimit_refused_until(&row, &decision, now);
+	answer(e, &result);
+}
+
+/* A count: the events of the key's open window, as last committed. */
+static void
+apply_count(PklimitEntry *e, const PklimitTable *table)
+{
+	PklimitRow	row;
+	PklimitResult result = {0};
+
+	(void) pklimit_store_read(table, e->request.key, false, &row);
+	if (row.exists && row.window_end > GetCurrentTimestamp())
+	{
+		result.found = true;
+		result.count = row.count;
+		result.window_end = row.window_end;
+	}
+	answer(e, &result);
+}
+
+/*
+ * Apply unit u of the n entries, whose head's request says what it is, and
+ * answer its entries.  Returns false if its hits must be applied unfolded.
+ */
+bool
+pklimit_apply_unit(PklimitEntry **entries, int n, int u,
+				   const PklimitTable *table)
+{
+	PklimitEntry *members[PKLIMIT_BATCH_MAX];
+	int			m;
+	PklimitResult result = {0};
+
+	members[0] = NULL;
+	if ((m = members_of(entries, n, u, members)) == 0)
+		elog(ERROR, "pklimit: unit %d has no entry", u);
+	pklimit_unit_current = &members[0]->request;
+	switch (members[0]->request.kind)
+	{
+		case PKLIMIT_OP_HIT:
+			return apply_hits(members, m, table);
+		case PKLIMIT_OP_LIMIT:
+			apply_limits(members, m, table);
+			break;
+		case PKLIMIT_OP_PEEK:
+			for (int k = 0; k < m; k++)
+				apply_peek(members[k], table);
+			break;
+		case PKLIMIT_OP_COUNT:
+			apply_count(members[0], table);
+			break;
+		case PKLIMIT_OP_FORGET:
+			result.found = pklimit_store_forget(table, members[0]->request.key);
+			answer(members[0], &result);
+			break;
+		case PKLIMIT_OP_PURGE:
+			elog(ERROR, "pklimit: a purge is not a unit of a batch");
+			break;
+	}
+	return true;
+}
