@@ -17,7 +17,8 @@ BEGIN
 		SELECT ARRAY['platformkit_is_system', 'platformkit_limits', 'pklimit_allow',
 				'pklimit_check', 'pklimit_count', 'pklimit_forget', 'pklimit_purge',
 				'pklimit_purge_status', 'pklimit_schedule_purge', 'pklimit_check_all',
-				'pklimit_allow_all', 'platformkit_limits_pkey',
+				'pklimit_allow_all', 'pklimit_stats', 'pklimit_stats_reset',
+				'platformkit_limits_pkey',
 				'platformkit_limits_window_end_idx']::pg_catalog.name[])
 	SELECT pg_catalog.string_agg(o.kind OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) o.name,
 			', ' ORDER BY o.name, o.kind)
@@ -205,6 +206,50 @@ REVOKE ALL ON FUNCTION @extschema@.pklimit_purge_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.pklimit_purge_status() TO pg_monitor;
 GRANT SELECT ON @extschema@.pklimit_purge_status TO pg_monitor;
 
+-- Statistics, as pg_stat_statements keeps them: per database, from server
+-- start (a crash restart starts them again) or the last reset, for every
+-- database of the server.  Readable by pg_read_all_stats (and so pg_monitor)
+-- and superusers; the reset is a superuser's unless granted.
+CREATE FUNCTION @extschema@.pklimit_stats(
+	OUT dbid pg_catalog.oid, OUT calls pg_catalog.int8,
+	OUT allowed pg_catalog.int8, OUT refused pg_catalog.int8,
+	OUT unavailable pg_catalog.int8, OUT timeouts pg_catalog.int8,
+	OUT queue_full pg_catalog.int8, OUT no_worker pg_catalog.int8,
+	OUT lock_timeouts pg_catalog.int8, OUT read_only pg_catalog.int8,
+	OUT no_table pg_catalog.int8, OUT errors pg_catalog.int8,
+	OUT shadow_refused pg_catalog.int8, OUT events pg_catalog.int8,
+	OUT batches pg_catalog.int8, OUT worker_starts pg_catalog.int8,
+	OUT queue_depth pg_catalog.int8, OUT worker_pid pg_catalog.int4,
+	OUT total_wait_ms pg_catalog.float8, OUT mean_wait_ms pg_catalog.float8,
+	OUT max_wait_ms pg_catalog.float8, OUT stats_reset pg_catalog.timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pklimit_stats'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pklimit_stats() IS
+'Per database since the server started or pklimit_stats_reset(): recording calls and how they were answered (allowed + refused + unavailable = calls, unavailable by reason), shadow_refused, events and batches recorded, worker starts, requests waiting now, the worker''s pid, and the callers'' total, mean and longest wait in milliseconds.';
+
+CREATE VIEW @extschema@.pklimit_stats AS
+	SELECT d.datname, s.*
+	  FROM @extschema@.pklimit_stats() s
+	  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.dbid;
+
+COMMENT ON VIEW @extschema@.pklimit_stats IS
+'What pklimit did in each database since the server started or the last reset (see pklimit_stats()); dbid 0, with datname NULL, counts together the databases beyond the first 63.';
+
+CREATE FUNCTION @extschema@.pklimit_stats_reset(dbid pg_catalog.oid DEFAULT NULL)
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'pklimit_stats_reset'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pklimit_stats_reset(pg_catalog.oid) IS
+'Sets the counters of pklimit_stats of database dbid (default NULL: of every database) back to 0 and its stats_reset to now.';
+
+REVOKE ALL ON FUNCTION @extschema@.pklimit_stats() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.pklimit_stats_reset(pg_catalog.oid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.pklimit_stats() TO pg_read_all_stats;
+GRANT SELECT ON @extschema@.pklimit_stats TO pg_read_all_stats;
+
 -- Scheduling the purge with pg_cron.  pg_cron runs in one database
 -- (cron.database_name); pklimit schedules its purge there itself, and from
 -- any other database says how to schedule it from there.  Only the pg_cron
@@ -278,10 +323,13 @@ BEGIN
 			 LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
 		WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
 				'@extschema@.platformkit_limits'::pg_catalog.regclass,
-				'@extschema@.pklimit_purge_status'::pg_catalog.regclass])
+				'@extschema@.pklimit_purge_status'::pg_catalog.regclass,
+				'@extschema@.pklimit_stats'::pg_catalog.regclass])
 		AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
 		AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole
-				 AND c.relkind OPERATOR(pg_catalog.=) 'v')
+				 AND c.relname OPERATOR(pg_catalog.=) 'pklimit_purge_status')
+		AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_read_all_stats'::pg_catalog.regrole
+				 AND c.relname OPERATOR(pg_catalog.=) 'pklimit_stats')
 		UNION
 		SELECT DISTINCT pg_catalog.format('FUNCTION %s', p.oid::pg_catalog.regprocedure),
 			   pg_catalog.quote_ident(r.rolname)
@@ -299,6 +347,8 @@ BEGIN
 		WHERE a.grantee OPERATOR(pg_catalog.<>) p.proowner
 		AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole
 				 AND p.proname OPERATOR(pg_catalog.=) 'pklimit_purge_status')
+		AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_read_all_stats'::pg_catalog.regrole
+				 AND p.proname OPERATOR(pg_catalog.=) 'pklimit_stats')
 	LOOP
 		EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', grant_.obj, grant_.grantee);
 	END LOOP;

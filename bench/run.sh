@@ -19,6 +19,8 @@
 #   two limits  a request guarded by two limits (an account and an
 #             address): one pklimit_allow_all on both keys, recorded
 #             together, beside two pklimit_allow calls
+#   stats     pklimit_allow with pklimit_stats counting (the default)
+#             beside the same calls with pklimit.track_stats off
 source "$(dirname "$0")/../scripts/common.sh"
 
 DURATION=${DURATION:-8}
@@ -85,9 +87,13 @@ script pklimit_1k 1000 "SELECT pklimit_allow('t' || :k, 1000000000, '1 hour');"
 script pklimit_1m 1000000 "SELECT pklimit_allow('t' || :k, 1000000000, '1 hour');"
 chown -R $RUN_AS "$B"
 
-# pgb SCRIPT CLIENTS: one pgbench run; prints "tps latency_ms"
+# pgb SCRIPT CLIENTS: one pgbench run; prints "tps latency_ms".  SCRIPT
+# ending in _nostats: the script without it, with pklimit.track_stats off.
 pgb() {
-	as_user pgbench -n -c "$2" -j "$(($2 < 2 ? 1 : 2))" -T "$DURATION" -f "$B/$1.sql" \
+	local opts=
+	[[ $1 == *_nostats ]] && opts="-c pklimit.track_stats=off"
+	as_user env PGOPTIONS="$opts" \
+		pgbench -n -c "$2" -j "$(($2 < 2 ? 1 : 2))" -T "$DURATION" -f "$B/${1%_nostats}.sql" \
 		-h "$PGHOST" -p "$PGPORT" -U postgres "$PKLIMIT_DB" 2>&1 |
 		awk '/^latency average/ { l = $4 } /^tps/ { t = $3 } END { printf "%.1f %.3f\n", t, l }'
 }
@@ -102,7 +108,7 @@ measure() {
 	declare -A vals
 	for r in $(seq 1 "$ROUNDS"); do
 		for s in "$@"; do
-			[[ $s == pklimit_hot || $s == pklimit_100000 ]] && q -c "SELECT pklimit_forget('hot')" >/dev/null
+			[[ $s == pklimit_hot* || $s == pklimit_100000* ]] && q -c "SELECT pklimit_forget('hot')" >/dev/null
 			vals[$s]+="$(pgb "$s" "$clients" | cut -d' ' -f"$field") "
 		done
 	done
@@ -143,6 +149,17 @@ echo "1 client, two limits per request: latency (ms)"
 line "pklimit_allow_all on both keys" "${M[allow_all]}"
 line "two pklimit_allow calls" "${M[two_singles]}"
 TWOLAT=$(ratio "${M[allow_all]}" "${M[two_singles]}")
+
+measure stats "$CLIENTS" 1 pklimit_hot pklimit_hot_nostats
+echo "$CLIENTS clients, one hot key, pklimit_stats counting and not: calls/s"
+line "pklimit.track_stats = on" "${M[pklimit_hot]}"
+line "pklimit.track_stats = off" "${M[pklimit_hot_nostats]}"
+STATS_HOT=$(ratio "${M[pklimit_hot]}" "${M[pklimit_hot_nostats]}")
+measure stats_many "$CLIENTS" 1 pklimit_100000 pklimit_100000_nostats
+echo "$CLIENTS clients over 100,000 keys, pklimit_stats counting and not: calls/s"
+line "pklimit.track_stats = on" "${M[pklimit_100000]}"
+line "pklimit.track_stats = off" "${M[pklimit_100000_nostats]}"
+STATS_MANY=$(ratio "${M[pklimit_100000]}" "${M[pklimit_100000_nostats]}")
 
 # table size: the same calls on a table of 1,000 keys and one of 1,000,000
 fill() {
@@ -211,5 +228,7 @@ line "rolled back, hot key: pklimit / dblink (>= 5)" "$RB"
 line "1,000,000 keys / 1,000 keys (>= 0.8)" "$SIZE"
 line "two limits, $CLIENTS clients: allow_all / two calls, requests/s" "$TWO"
 line "two limits, 1 client latency: allow_all / two calls" "$TWOLAT"
+line "stats counting / not, hot key (about 1)" "$STATS_HOT"
+line "stats counting / not, 100,000 keys (about 1)" "$STATS_MANY"
 [ -n "${REDIS_RPS:-}" ] && line "hot key: pklimit / redis" "$(ratio "${M[pklimit_hot]}" "$REDIS_RPS")"
 exit 0

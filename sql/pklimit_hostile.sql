@@ -162,11 +162,15 @@ SET client_min_messages = error;
 CREATE EXTENSION pklimit;
 RESET client_min_messages;
 SELECT count(*) AS grants_to_others FROM information_schema.role_table_grants
- WHERE table_name IN ('platformkit_limits', 'pklimit_purge_status')
+ WHERE table_name IN ('platformkit_limits', 'pklimit_purge_status', 'pklimit_stats')
    AND grantee IN ('regress_pklimit_shadow', 'PUBLIC');
 SELECT has_function_privilege('regress_pklimit_shadow', 'pklimit_purge(interval)', 'EXECUTE') AS may_purge,
        has_function_privilege('regress_pklimit_shadow', 'pklimit_allow(text,bigint,interval,bigint,boolean,interval)', 'EXECUTE') AS may_allow,
        has_table_privilege('pg_monitor', 'pklimit_purge_status', 'SELECT') AS monitor_reads_status;
+SELECT has_function_privilege('regress_pklimit_shadow', 'pklimit_stats()', 'EXECUTE') AS may_read_stats,
+       has_function_privilege('regress_pklimit_shadow', 'pklimit_stats_reset(oid)', 'EXECUTE') AS may_reset_stats,
+       has_table_privilege('regress_pklimit_shadow', 'pklimit_stats', 'SELECT') AS may_select_stats,
+       has_table_privilege('pg_read_all_stats', 'pklimit_stats', 'SELECT') AS stats_readers_read;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON TABLES FROM regress_pklimit_shadow;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON TABLES FROM PUBLIC;
 ALTER DEFAULT PRIVILEGES IN SCHEMA public REVOKE ALL ON FUNCTIONS FROM regress_pklimit_shadow;

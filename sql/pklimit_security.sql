@@ -20,14 +20,14 @@ SELECT indexdef FROM pg_indexes
 SELECT p.oid::regprocedure AS function, obj_description(p.oid, 'pg_proc') IS NOT NULL AS commented
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pklimit')
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text;
 
 -- who may execute what: purge is not for PUBLIC
 SELECT p.oid::regprocedure AS function,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pklimit')
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text;
 
 CREATE ROLE regress_pklimit_app NOSUPERUSER NOBYPASSRLS;
 CREATE ROLE regress_pklimit_granted NOSUPERUSER NOBYPASSRLS;

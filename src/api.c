@@ -198,6 +198,7 @@ pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
 		requests[i].nspid = nspid;
 		requests[i].deadline = deadline;
 		requests[i].group_size = n;
+		requests[i].track_stats = pklimit_track_stats;
 	}
 	pklimit_submit(requests, answers, n);
 	if (answers[0].status == PKLIMIT_OK && answers[0].unreplicated)

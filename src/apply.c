@@ -299,6 +299,31 @@ mark_locked(PklimitEntry **entries, int n, const PklimitRequest *met)
 }
 
 /*
+ * After a commit: the events it recorded for callers whose statistics are
+ * kept (pklimit.track_stats), and one batch if any.
+ */
+static void
+count_recorded(PklimitEntry **entries, int n)
+{
+	uint64		events = 0;
+
+	for (int j = 0; j < n; j++)
+		if (entries[j]->answer.status == PKLIMIT_OK &&
+			entries[j]->request.track_stats)
+		{
+			uint64		recorded = entries[j]->answer.result.recorded;
+
+			events = (events > PG_UINT64_MAX - recorded) ? PG_UINT64_MAX :
+				events + recorded;
+		}
+	if (events > 0)
+	{
+		pklimit_stats_add(PKLIMIT_STAT_EVENTS, events);
+		pklimit_stats_add(PKLIMIT_STAT_BATCHES, 1);
+	}
+}
+
+/*
  * Apply the n entries in one transaction and answer each.  Otherwise every
  * answer says why, and on APPLY_LOCKED the entries that met the locked row
  * are marked locked.  If probe_table, a table locked by another transaction
@@ -369,6 +394,8 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 	PG_END_TRY();
 
 	MemoryContextSwitchTo(memory_context);
+	if (outcome == APPLY_COMMITTED)
+		count_recorded(entries, n);
 	pklimit_report_idle();
 	return outcome;
 }

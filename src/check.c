@@ -90,16 +90,21 @@ key_call_args(FunctionCallInfo fcinfo, bool with_options, PklimitCall *call)
 /*
  * Run the calls of one group (n keys; 1 for a call on one key) and return
  * whether every key's limit allows, or what pklimit.on_unavailable says if
- * the store could not be reached (the answers' status says which).
+ * the store could not be reached (the answers' status says which).  In
+ * shadow mode a call the store refused is allowed, and *shadow says so.
+ * Each call counts once in pklimit_stats, by its overall answer.
  */
 static bool
 run_calls(FunctionCallInfo fcinfo, char **stored_keys,
-		  const PklimitCall *calls, PklimitAnswer *answers, int n)
+		  const PklimitCall *calls, PklimitAnswer *answers, int n,
+		  bool *shadow)
 {
 	PklimitRequest requests[PKLIMIT_GROUP_MAX];
 	bool		allowed = true;
+	TimestampTz started = pklimit_track_stats ? GetCurrentTimestamp() : 0;
 
 	Assert(n <= PKLIMIT_GROUP_MAX);
+	*shadow = false;
 	memset(requests, 0, sizeof(PklimitRequest) * n);
 	for (int i = 0; i < n; i++)
 	{
@@ -110,25 +115,32 @@ run_calls(FunctionCallInfo fcinfo, char **stored_keys,
 	pklimit_run(fcinfo, requests, answers, n);
 	for (int i = 0; i < n; i++)
 		if (answers[i].status != PKLIMIT_OK)
+		{
+			pklimit_stats_call(answers[i].status, false, false, started);
 			return pklimit_unavailable(&answers[i], PKLIMIT_CALL_DECIDES);
+		}
 	for (int i = 0; i < n; i++)
 		allowed &= answers[i].result.allowed;
-	return allowed;
+	*shadow = !allowed && pklimit_shadow_mode;
+	pklimit_stats_call(PKLIMIT_OK, allowed, *shadow, started);
+	return allowed || *shadow;
 }
 
 /*
  * The columns of pklimit_check for one answered call: allowed, count,
  * remaining, reset_at, retry_after, status.  When the store was not
- * reached, only allowed and status are set.
+ * reached, only allowed and status are set.  shadow: the store refused the
+ * call and shadow mode allowed it.
  */
 static void
 check_columns(const PklimitCall *call, const PklimitAnswer *answer,
-			  bool allowed, Datum *values, bool *nulls)
+			  bool allowed, bool shadow, Datum *values, bool *nulls)
 {
 	const PklimitResult *r = &answer->result;
 
 	values[0] = BoolGetDatum(allowed);
-	values[5] = CStringGetTextDatum(pklimit_status_name(answer->status));
+	values[5] = CStringGetTextDatum(shadow ? "shadow" :
+									pklimit_status_name(answer->status));
 	if (answer->status == PKLIMIT_OK)
 	{
 		Interval   *retry_after = palloc0(sizeof(Interval));
@@ -156,11 +168,12 @@ check_row(FunctionCallInfo fcinfo, bool with_options)
 	Datum		values[CHECK_COLUMNS];
 	bool		nulls[CHECK_COLUMNS] = {0};
 	bool		allowed;
+	bool		shadow;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	allowed = run_calls(fcinfo, &stored_key, &call, &answer, 1);
-	check_columns(&call, &answer, allowed, values, nulls);
+	allowed = run_calls(fcinfo, &stored_key, &call, &answer, 1, &shadow);
+	check_columns(&call, &answer, allowed, shadow, values, nulls);
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
 
@@ -172,6 +185,7 @@ pklimit_allow_default(PG_FUNCTION_ARGS)
 	PklimitCall call = {0};
 	char	   *stored_key;
 	PklimitAnswer answer;
+	bool		shadow;
 
 	pklimit_arg_not_null(fcinfo, 0, "key");
 	stored_key = pklimit_key_value(PG_GETARG_TEXT_PP(0), "key");
@@ -179,7 +193,7 @@ pklimit_allow_default(PG_FUNCTION_ARGS)
 	call.window_usec = pklimit_default_window_usec;
 	call.cost = 1;
 	call.record_refused = true;
-	PG_RETURN_BOOL(run_calls(fcinfo, &stored_key, &call, &answer, 1));
+	PG_RETURN_BOOL(run_calls(fcinfo, &stored_key, &call, &answer, 1, &shadow));
 }
 
 /* pklimit_allow on one key, with the options of 0.2.0 or without. */
@@ -189,8 +203,9 @@ allow_one(FunctionCallInfo fcinfo, bool options)
 	PklimitCall call;
 	char	   *stored_key = key_call_args(fcinfo, options, &call);
 	PklimitAnswer answer;
+	bool		shadow;
 
-	return run_calls(fcinfo, &stored_key, &call, &answer, 1);
+	return run_calls(fcinfo, &stored_key, &call, &answer, 1, &shadow);
 }
 
 /* pklimit_allow(key, max_count, window) of 0.1.0. */
@@ -353,19 +368,21 @@ pklimit_check_all(PG_FUNCTION_ARGS)
 	PklimitAnswer answers[PKLIMIT_GROUP_MAX];
 	int			n = group_args(fcinfo, keys, stored_keys, calls);
 	bool		allowed;
+	bool		shadow;
 
 	InitMaterializedSRF(fcinfo, 0);
-	allowed = run_calls(fcinfo, stored_keys, calls, answers, n);
+	allowed = run_calls(fcinfo, stored_keys, calls, answers, n, &shadow);
 	for (int i = 0; i < n; i++)
 	{
 		Datum		values[1 + CHECK_COLUMNS];
 		bool		nulls[1 + CHECK_COLUMNS] = {0};
+		bool		ok = (answers[i].status == PKLIMIT_OK);
+		bool		key_shadow = ok && shadow && !answers[i].result.allowed;
 
 		values[0] = PointerGetDatum(keys[i]);
 		check_columns(&calls[i], &answers[i],
-					  answers[i].status == PKLIMIT_OK ?
-					  answers[i].result.allowed : allowed,
-					  values + 1, nulls + 1);
+					  ok ? answers[i].result.allowed || key_shadow : allowed,
+					  key_shadow, values + 1, nulls + 1);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
@@ -381,6 +398,7 @@ pklimit_allow_all(PG_FUNCTION_ARGS)
 	PklimitCall calls[PKLIMIT_GROUP_MAX];
 	PklimitAnswer answers[PKLIMIT_GROUP_MAX];
 	int			n = group_args(fcinfo, keys, stored_keys, calls);
+	bool		shadow;
 
-	PG_RETURN_BOOL(run_calls(fcinfo, stored_keys, calls, answers, n));
+	PG_RETURN_BOOL(run_calls(fcinfo, stored_keys, calls, answers, n, &shadow));
 }

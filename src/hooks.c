@@ -655,7 +655,8 @@ object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId,
 
 /*
  * Before statements that need a database to themselves, its worker leaves.
- * DROP EXTENSION pklimit: its pg_cron job goes with it.
+ * DROP EXTENSION pklimit: its pg_cron job goes with it.  DROP DATABASE: its
+ * statistics go with it.
  */
 static void
 process_utility(PlannedStmt *pstmt, const char *queryString,
@@ -666,7 +667,11 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 	Node	   *parsetree = pstmt->utilityStmt;
 	bool		dropping_pklimit = drops_pklimit(parsetree);
 	bool		granting = grants_on_tables(parsetree);
+	Oid			dropped_database = InvalidOid;
 
+	if (IsA(parsetree, DropdbStmt))
+		dropped_database = get_database_oid(((DropdbStmt *) parsetree)->dbname,
+											true);
 	guard_table(parsetree);
 	release_database(parsetree);
 	if (prev_ProcessUtility)
@@ -677,6 +682,8 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 								params, queryEnv, dest, qc);
 	if (dropping_pklimit)
 		unschedule_purge();
+	if (OidIsValid(dropped_database))
+		pklimit_stats_forget_database(dropped_database);
 	if (granting)
 		guard_grant();
 }

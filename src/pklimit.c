@@ -39,6 +39,8 @@ int			pklimit_queue_size = 1024;
 int			pklimit_max_workers = 8;
 int			pklimit_worker_idle_timeout = 0;	/* seconds; 0: never */
 static char *pklimit_databases = NULL;	/* with a static worker each */
+bool		pklimit_shadow_mode = false;
+bool		pklimit_track_stats = true;
 
 /* Protects all of pklimit's shared memory; NULL without preload. */
 LWLock	   *pklimit_lock = NULL;
@@ -83,10 +85,11 @@ shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	/* three allocations, each rounded up to a cache line */
-	RequestAddinShmemSpace(add_size(CACHELINEALIGN(pklimit_queue_shmem_size()),
-									add_size(CACHELINEALIGN(pklimit_registry_shmem_size()),
-											 CACHELINEALIGN(pklimit_purge_shmem_size()))));
+	/* four allocations, each rounded up to a cache line */
+	RequestAddinShmemSpace(add_size(add_size(CACHELINEALIGN(pklimit_queue_shmem_size()),
+											 CACHELINEALIGN(pklimit_registry_shmem_size())),
+									add_size(CACHELINEALIGN(pklimit_purge_shmem_size()),
+											 CACHELINEALIGN(pklimit_stats_shmem_size()))));
 	RequestNamedLWLockTranche("pklimit", 1);
 }
 
@@ -99,6 +102,7 @@ shmem_startup(void)
 	pklimit_queue_shmem_init();
 	pklimit_registry_shmem_init();
 	pklimit_purge_shmem_init();
+	pklimit_stats_shmem_init();
 	pklimit_lock = &(GetNamedLWLockTranche("pklimit"))->lock;
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -170,6 +174,20 @@ define_session_settings(void)
 							 &pklimit_on_unavailable,
 							 PKLIMIT_ON_UNAVAILABLE_ALLOW, on_unavailable_options,
 							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomBoolVariable("pklimit.shadow_mode",
+							 "Allows the calls a limit refuses, recording them as usual.",
+							 "pklimit_check answers such a call allowed, with status shadow, and pklimit_stats counts it in shadow_refused: a limit can be tried out without refusing anyone.",
+							 &pklimit_shadow_mode,
+							 false,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomBoolVariable("pklimit.track_stats",
+							 "Counts pklimit's calls, events and waits in pklimit_stats.",
+							 NULL,
+							 &pklimit_track_stats,
+							 true,
+							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
 	DefineCustomIntVariable("pklimit.worker_idle_timeout",
 							"A pklimit worker with no work for this long exits.",

@@ -23,11 +23,13 @@
  *	limit.c		the rules of a limit: window, cost, record_refused, block
  *	store.c		the statements on platformkit_limits
  *	purge.c		the purge, from the SQL call to the worker's steps and status
+ *	stats.c		the counters behind pklimit_stats, and its SQL functions
  *	hooks.c		the ProcessUtility guards and the object access hook
  *	pklimit.c	module load: settings, hooks, shared memory, wait events
  *
  * Locking: every piece of pklimit's shared memory (queue slots, worker
- * registry and back-offs, purge status) is protected by the one LWLock
+ * registry and back-offs, purge status, the statistics' entries) but the
+ * statistics' counters, which are atomics, is protected by the one LWLock
  * pklimit_lock, taken exclusively by whoever changes any of it and shared
  * by whoever only reads.  It is held for short scans only, never across a
  * latch wait, I/O or a transaction, and nothing that can raise an error runs
@@ -137,6 +139,7 @@ typedef struct PklimitResult
 	TimestampTz window_end;		/* end of the window the count belongs to */
 	TimestampTz event_at;		/* server clock when the event was recorded */
 	TimestampTz refused_until;	/* a refused call: when the refusal ends */
+	int64		recorded;		/* events it added to the count */
 } PklimitResult;
 
 /* Why an operation was not applied; PKLIMIT_OK when it was. */
@@ -165,6 +168,7 @@ typedef struct PklimitRequest
 	PklimitCall call;			/* for a hit, a limit, a peek */
 	uint64		group;			/* 0, or the group of requests it is one of */
 	int			group_size;		/* requests in its group (1 if none) */
+	bool		track_stats;	/* its events count in pklimit_stats */
 	TimestampTz deadline;		/* the caller stops waiting at this moment */
 	TimestampTz cutoff;			/* for a purge */
 	char		key[PKLIMIT_MAX_READABLE_KEY + 1];	/* stored key */
@@ -252,6 +256,30 @@ typedef enum PklimitWindowCheck
 	PKLIMIT_WINDOW_NOT_POSITIVE
 } PklimitWindowCheck;
 
+/*
+ * The counters of pklimit_stats, per database (stats.c): each call adds to
+ * exactly one of the first ten, whose sums are calls and unavailable.
+ */
+typedef enum PklimitStat
+{
+	PKLIMIT_STAT_ALLOWED,		/* allowed by the store */
+	PKLIMIT_STAT_SHADOW_REFUSED,	/* refused by it, allowed by shadow mode */
+	PKLIMIT_STAT_REFUSED,		/* refused by the store */
+	PKLIMIT_STAT_TIMEOUTS,		/* the store was not reached, because: */
+	PKLIMIT_STAT_QUEUE_FULL,
+	PKLIMIT_STAT_NO_WORKER,
+	PKLIMIT_STAT_LOCK_TIMEOUTS,
+	PKLIMIT_STAT_READ_ONLY,
+	PKLIMIT_STAT_NO_TABLE,
+	PKLIMIT_STAT_ERRORS,
+	PKLIMIT_STAT_EVENTS,		/* events recorded: the costs added */
+	PKLIMIT_STAT_BATCHES,		/* committed transactions that recorded */
+	PKLIMIT_STAT_WORKER_STARTS,
+	PKLIMIT_STAT_WAIT_USEC,		/* callers' waits, summed */
+	PKLIMIT_STAT_MAX_WAIT_USEC, /* the longest wait */
+	PKLIMIT_STAT_COUNT
+} PklimitStat;
+
 /* pklimit.c: settings, the shared lock, wait events */
 extern int	pklimit_default_max;
 extern int64 pklimit_default_window_usec;
@@ -260,6 +288,8 @@ extern int	pklimit_on_unavailable;
 extern int	pklimit_queue_size;
 extern int	pklimit_max_workers;
 extern int	pklimit_worker_idle_timeout;
+extern bool pklimit_shadow_mode;
+extern bool pklimit_track_stats;
 extern LWLock *pklimit_lock;
 extern bool pklimit_preloaded(void);
 extern uint32 pklimit_wait_event(PklimitWait wait);
@@ -295,6 +325,7 @@ extern void pklimit_queue_note_locked(PklimitEntry *const *entries, int n);
 extern bool pklimit_queue_abandoned(int slot);
 extern bool pklimit_queue_has_work(Oid dboid);
 extern void pklimit_queue_release_worker(int worker);
+extern void pklimit_queue_depths(const Oid *dboids, int64 *depths, int n);
 
 /* registry.c: the workers, one per database */
 extern Size pklimit_registry_shmem_size(void);
@@ -310,6 +341,7 @@ extern Oid	pklimit_registry_attach(int worker, Oid static_dboid);
 extern void pklimit_registry_served(Oid dboid);
 extern bool pklimit_registry_retire(void);
 extern void pklimit_terminate_workers(Oid dboid);
+extern pid_t pklimit_registry_worker_pid(Oid dboid);
 
 /* worker.c */
 extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
@@ -376,6 +408,14 @@ extern bool pklimit_purge_due(void);
 extern bool pklimit_purge_step(MemoryContext memory_context);
 extern bool pklimit_purge_running(void);
 extern void pklimit_purge_fail_running(void);
+
+/* stats.c: the counters of pklimit_stats */
+extern Size pklimit_stats_shmem_size(void);
+extern void pklimit_stats_shmem_init(void);
+extern void pklimit_stats_add(PklimitStat stat, uint64 n);
+extern void pklimit_stats_call(PklimitStatus status, bool allowed, bool shadow,
+							   TimestampTz started);
+extern void pklimit_stats_forget_database(Oid dboid);
 
 /* hooks.c */
 extern void pklimit_install_hooks(void);

@@ -433,6 +433,26 @@ pklimit_queue_has_work(Oid dboid)
 }
 
 /*
+ * The requests waiting for their answer now of each of the n databases, in
+ * one pass over the slots.  Lock held.
+ */
+void
+pklimit_queue_depths(const Oid *dboids, int64 *depths, int n)
+{
+	memset(depths, 0, sizeof(int64) * n);
+	for (int i = 0; i < pklimit_queue_size; i++)
+	{
+		const Slot *slot = &queue->slots[i];
+
+		if (slot->state != SLOT_QUEUED && slot->state != SLOT_TAKEN)
+			continue;
+		for (int d = 0; d < n; d++)
+			if (dboids[d] == slot->request.dboid)
+				depths[d]++;
+	}
+}
+
+/*
  * A worker exits: answer what it had taken (no_worker), free what was
  * abandoned.  Lock held exclusively; latches are set under it, as a
  * worker's exit is rare and may leave many callers.

@@ -412,6 +412,20 @@ pklimit_registry_retire(void)
 	return retire;
 }
 
+/* The process id of the worker serving dboid, or 0 if none.  Lock held. */
+pid_t
+pklimit_registry_worker_pid(Oid dboid)
+{
+	for (int i = 0; i < pklimit_max_workers; i++)
+	{
+		WorkerEntry *w = &registry.workers[i];
+
+		if (w->in_use && w->dboid == dboid && w->pid != 0)
+			return w->pid;
+	}
+	return 0;
+}
+
 /* Ask every worker of dboid to exit (before DROP DATABASE). */
 void
 pklimit_terminate_workers(Oid dboid)

@@ -87,6 +87,7 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 		if (!blocked)
 			before += call->cost;
 		result.found = true;
+		result.recorded = blocked ? 0 : call->cost;
 		result.count = (row.window_end > now) ? before : 0;
 		result.allowed = !blocked && result.count <= call->max_count;
 		result.window_end = row.window_end;
@@ -150,11 +151,13 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table)
 	for (int k = 0; k < m; k++)
 	{
 		const PklimitCall *call = &members[k]->request.call;
+		bool		record = all_allowed || call->record_refused;
 		PklimitResult result = {0};
 
-		pklimit_apply_decision(&before[k], call, now,
-							   all_allowed || call->record_refused,
-							   &decision[k], &after);
+		/* a blocked key records nothing (limit.c) */
+		result.recorded = (record && !decision[k].blocked) ? call->cost : 0;
+		pklimit_apply_decision(&before[k], call, now, record, &decision[k],
+							   &after);
 		if (rows_differ(&before[k], &after))
 		{
 			pklimit_unit_current = &members[k]->request;

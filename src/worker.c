@@ -379,6 +379,7 @@ pklimit_worker_main(Datum main_arg)
 	}
 	pgstat_report_appname("pklimit worker");
 	set_up_session();
+	pklimit_stats_add(PKLIMIT_STAT_WORKER_STARTS, 1);
 
 	batch = MemoryContextAllocZero(TopMemoryContext, sizeof(Batch));
 	batch->context = AllocSetContextCreate(TopMemoryContext, "pklimit batch",

@@ -119,6 +119,8 @@ sub one_hot_key
 			my ($attempt) = @_;
 			my $key = "$key_prefix$attempt";
 			$node->safe_psql('postgres', 'TRUNCATE results');
+			$node->safe_psql('postgres',
+				"SELECT pklimit_stats_reset(oid) FROM pg_database WHERE datname = 'postgres'");
 			my $tag = $key =~ s/\W/_/gr;
 			$node->pgbench(
 				"--no-vacuum --client=$clients --jobs=4 --transactions=$per_client"
@@ -165,6 +167,14 @@ sub one_hot_key
 						'SELECT string_agg(DISTINCT iso, \',\') FROM results'),
 					$iso,
 					"$name: every call ran in $iso");
+
+				# pklimit_stats counted every call and event exactly.
+				is( $node->safe_psql(
+						'postgres',
+						"SELECT concat_ws('|', calls, allowed, refused, unavailable, events,"
+						  . " batches BETWEEN 1 AND $total) FROM pklimit_stats WHERE datname = 'postgres'"),
+					"$total|$max|" . ($total - $max) . "|0|$total|t",
+					"$name: pklimit_stats counted $total calls, $max allowed, $total events");
 			};
 		});
 	return;

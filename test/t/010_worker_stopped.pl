@@ -1,6 +1,7 @@
 # A stopped worker: calls answer within their budget as
 # pklimit.on_unavailable says, cancelled calls leak no queue slot and are
-# not recorded, and a waiting call shows its wait event.
+# not recorded, a waiting call shows its wait event and the queue depth,
+# and pklimit_stats counts each answer by its reason.
 use strict;
 use warnings;
 use FindBin;
@@ -27,6 +28,10 @@ is($out, 'f', 'on_unavailable = deny refuses');
 ($out, $err) = timed_psql($node, 'postgres',
 	"SET pklimit.timeout = '200ms'; SET pklimit.on_unavailable = error; SELECT pklimit_allow('stuck', 1, '36500 days')");
 like($err, qr/ERROR:  pklimit store unavailable: timeout/, 'on_unavailable = error raises');
+my $stats = "SELECT concat_ws('|', calls, allowed, refused, unavailable, timeouts, queue_full, no_worker, errors)"
+  . " FROM pklimit_stats WHERE datname = 'postgres'";
+is($node->safe_psql('postgres', $stats), '3|0|0|3|3|0|0|0',
+	'pklimit_stats: 3 calls unavailable, each a timeout, whatever on_unavailable answered');
 
 # --- cancelled calls free their queue slots (the queue has only 16)
 my $script = "SET pklimit.timeout = '10s'; SET statement_timeout = '30ms';\n"
@@ -55,6 +60,14 @@ ok($node->poll_query_until('postgres', "SELECT count(*) = 1 $waiting"), 'a call 
 # named wait events from PostgreSQL 17; "Extension" before
 my ($answer_wait, $idle_wait) = pg_major() >= 17 ? ('PklimitAnswer', 'PklimitWorkerIdle') : ('Extension', 'Extension');
 is($node->safe_psql('postgres', "SELECT wait_event $waiting"), $answer_wait, "its wait event is $answer_wait");
+is($node->safe_psql('postgres', "SELECT queue_depth || '|' || worker_pid FROM pklimit_stats WHERE datname = 'postgres'"),
+	"1|$pid", 'pklimit_stats shows the waiting request and the worker');
+# 15 of the 16 queue slots are free: a call on 16 keys does not fit
+($out, $err) = timed_psql($node, 'postgres',
+	"SELECT string_agg(DISTINCT allowed || ':' || status, ',') FROM pklimit_check_all("
+	  . "ARRAY(SELECT 'full-' || i FROM generate_series(1, 16) i), array_fill(5::bigint, ARRAY[16]),"
+	  . " array_fill('1 day'::interval, ARRAY[16]))");
+is($out, 'true:queue_full', 'a call on 16 keys with 15 slots free answers queue_full at once');
 ok($node->poll_query_until('postgres', "SELECT pg_cancel_backend(pid) $waiting"), 'a waiting call can be cancelled');
 $bg->quit;
 kill 'CONT', $pid;
@@ -62,6 +75,9 @@ ok($node->poll_query_until('postgres',
 	"SELECT wait_event_type || ':' || wait_event FROM pg_stat_activity WHERE pid = $pid", "Extension:$idle_wait"),
 	"the idle worker's wait event is $idle_wait");
 is($node->safe_psql('postgres', "SELECT pklimit_count('cancel-me')"), '0', 'the cancelled call was not recorded');
+# cancelled calls have no answer and do not count; 40 ok after resuming
+is($node->safe_psql('postgres', $stats), '44|40|0|4|3|1|0|0',
+	'pklimit_stats: 44 answered calls, 40 allowed, 4 unavailable (3 timeouts, 1 queue_full)');
 
 $node->stop;
 done_testing();

@@ -1,5 +1,6 @@
 # A worker that is terminated is replaced by the next call, no count is
-# lost, and workers end with the server.
+# lost, pklimit_stats keeps counting across the replacement, and workers
+# end with the server.
 use strict;
 use warnings;
 use FindBin;
@@ -24,6 +25,9 @@ is($err, '', 'by a new worker, without a warning');
 my $new_pid = worker_pid($node);
 isnt($new_pid, $pid, 'the new worker has another pid');
 is($node->safe_psql('postgres', "SELECT pklimit_count('kept')"), '4', 'count exact across the replacement');
+is($node->safe_psql('postgres',
+	"SELECT concat_ws('|', calls, allowed, events, batches, worker_starts, worker_pid) FROM pklimit_stats WHERE datname = 'postgres'"),
+	"4|4|4|4|2|$new_pid", 'pklimit_stats kept its counts across the replacement, two worker starts, the new pid');
 
 $node->stop;
 ok(!kill(0, $new_pid), 'workers end with the server');

@@ -1,7 +1,8 @@
 # Crashes and restarts: every acknowledged count survives an immediate
 # shutdown (crash recovery) and a worker killed with SIGKILL (the
 # postmaster's crash restart); service comes back by itself; a call on
-# several keys killed half-written leaves none of them recorded.
+# several keys killed half-written leaves none of them recorded; the crash
+# restart starts pklimit_stats again.
 use strict;
 use warnings;
 use FindBin;
@@ -23,9 +24,15 @@ is($node->safe_psql('postgres',
 
 my $pid = worker_pid($node);
 $node->safe_psql('postgres', "SELECT pklimit_allow('before-kill', 10, '36500 days') FROM generate_series(1, 3)");
+my $reset_before = $node->safe_psql('postgres',
+	"SELECT stats_reset FROM pklimit_stats WHERE datname = 'postgres' AND calls = 3");
+isnt($reset_before, '', 'pklimit_stats counted the 3 calls');
 kill 'KILL', $pid;
 ok($node->poll_query_until('postgres', "SELECT pklimit_allow('after-kill', 10, '36500 days')"),
 	'service comes back after a worker is killed with SIGKILL');
+is($node->safe_psql('postgres',
+	"SELECT calls = 1 AND stats_reset > '$reset_before' FROM pklimit_stats WHERE datname = 'postgres'"),
+	't', 'the crash restart started pklimit_stats again, with a later stats_reset');
 is($node->safe_psql('postgres', "SELECT pklimit_count('before-kill')"), '3',
 	'counts acknowledged before the kill are kept');
 my $log = slurp_file($node->logfile);

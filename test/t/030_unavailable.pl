@@ -27,6 +27,9 @@ cmp_ok($lines, '>=', 1, 'the failure to get a worker slot is in the server log')
 cmp_ok($lines, '<', 10, 'but does not flood it (the back-off spaces the tries out)');
 like($log, qr/HINT:  Raise max_worker_processes, or name the database in pklimit.databases/,
 	'with the fix in its hint');
+is($node->safe_psql('postgres',
+	"SELECT concat_ws('|', calls, allowed, unavailable, no_worker, worker_starts, worker_pid IS NULL) FROM pklimit_stats WHERE datname = 'postgres'"),
+	'51|0|51|51|0|t', 'pklimit_stats: 51 calls unavailable for want of a worker, none started, no worker pid');
 $node->stop;
 
 # A hot standby answers read_only.
@@ -40,6 +43,9 @@ $primary->wait_for_catchup($standby);
 ($out, $err) = timed_psql($standby, 'postgres',
 	"SELECT allowed, status FROM pklimit_check('replicated', 5, '36500 days')");
 is($out, 't|read_only', 'a hot standby answers read_only');
+is($standby->safe_psql('postgres',
+	"SELECT concat_ws('|', calls, unavailable, read_only) FROM pklimit_stats WHERE datname = 'postgres'"),
+	'1|1|1', "the standby's pklimit_stats counts it as read_only");
 like($err, qr/pklimit store unavailable: read_only/, 'with a warning');
 is($primary->safe_psql('postgres', "SELECT pklimit_count('replicated')"), '1', 'and records nothing');
 $standby->stop;

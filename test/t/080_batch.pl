@@ -119,6 +119,8 @@ for my $c (@calls)
 	  or die "call $n did not queue";
 }
 pass("$n calls queued one after another while the worker is held");
+is($node->safe_psql('postgres', "SELECT queue_depth FROM pklimit_stats WHERE datname = 'postgres'"),
+	$n, "pklimit_stats shows the $n requests waiting");
 kill 'CONT', $worker;
 
 # Every caller but the locked key's writers is answered while the row is

@@ -70,6 +70,9 @@ $_->quit for @callers;
 is($node->safe_psql('old', "SELECT pklimit_count('during')"), 2 * $per_session,
 	'every call made across the update was recorded');
 is($node->safe_psql('old', $version), '0.2.0', 'database old is now at 0.2.0');
+is($node->safe_psql('old',
+	"SELECT concat_ws('|', calls, allowed, refused, unavailable) FROM pklimit_stats WHERE datname = 'old'"),
+	'40016|40013|3|0', 'pklimit_stats, new in 0.2.0, counted every call, those made at 0.1.0 included');
 is($node->safe_psql('old', $app_privileges), '', 'the update took back what 0.2.0 lets nobody but the owner hold');
 
 # --- nothing lost, and the same objects as a fresh install

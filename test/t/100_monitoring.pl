@@ -1,0 +1,90 @@
+# The postgres_exporter queries in monitoring/: each runs against a real
+# server as a pg_monitor member (the exporter's usual role), returns every
+# column its metrics name, each with a usage the exporter knows and a
+# numeric value, under the metric names listed here (and in the README's
+# Monitoring section), with the values pklimit_stats holds.  Then the reset
+# of one database and of all, and DROP DATABASE taking its row.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use CPAN::Meta::YAML;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use PklimitTest;
+
+my $file = "$FindBin::RealBin/../../monitoring/postgres_exporter.yaml";
+my $yaml = CPAN::Meta::YAML->read($file) or die CPAN::Meta::YAML->errstr;
+my $queries = $yaml->[0];
+is_deeply([ sort keys %$queries ], ['pklimit'], 'one query, namespace pklimit');
+
+my $node = pklimit_node('monitoring');
+$node->safe_psql('postgres', 'CREATE ROLE exporter LOGIN IN ROLE pg_monitor');
+$node->safe_psql('postgres', 'CREATE DATABASE other');
+$node->safe_psql('other', 'CREATE EXTENSION pklimit');
+# a known mix: 3 allowed and 2 refused in postgres, one allowed in other
+$node->safe_psql('postgres', "SELECT pklimit_allow('m', 3, '1 day') FROM generate_series(1, 5)");
+$node->safe_psql('other', "SELECT pklimit_allow('m', 3, '1 day', cost => 2)");
+
+my %usages = map { $_ => 1 } qw(LABEL COUNTER GAUGE);
+my @names = qw(calls allowed refused unavailable timeouts queue_full no_worker
+  lock_timeouts read_only no_table errors shadow_refused events batches worker_starts
+  queue_depth worker_running wait_seconds max_wait_seconds);
+for my $namespace (sort keys %$queries)
+{
+	my $q = $queries->{$namespace};
+	is($q->{master}, 'true', "$namespace: runs once per server (master), as the view covers every database");
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"SELECT json_agg(row_to_json(q)) FROM ($q->{query}) q",
+		extra_params => [ '-U', 'exporter' ]);
+	is($ret, 0, "$namespace: the query runs as a pg_monitor member") or diag($err);
+	my $rows = decode_json($out);
+	my %by_db = map { $_->{datname} => $_ } @$rows;
+	my (@labels, %metric);
+	for my $m (@{ $q->{metrics} })
+	{
+		my ($column, $spec) = %$m;
+		ok($usages{ $spec->{usage} }, "$namespace: $column has a known usage ($spec->{usage})");
+		ok(length($spec->{description} // '') > 0, "$namespace: $column is described");
+		ok(exists $rows->[0]{$column}, "$namespace: the query returns $column");
+		ok(!grep({ !defined $_->{$column} || ($spec->{usage} ne 'LABEL' && $_->{$column} !~ /^-?[0-9.]+(?:e[-+]?[0-9]+)?$/i) } @$rows),
+			"$namespace: $column is " . ($spec->{usage} eq 'LABEL' ? 'never NULL' : 'a number') . " in every row");
+		if ($spec->{usage} eq 'LABEL') { push @labels, $column }
+		else { $metric{"${namespace}_$column"} = $spec->{usage} }
+	}
+	is_deeply(\@labels, ['datname'], "$namespace: labelled by datname");
+	is_deeply([ sort keys %metric ], [ sort map { "pklimit_$_" } @names ],
+		"$namespace: the metric names, as listed");
+	is(join('|', map { $by_db{postgres}{$_} } qw(calls allowed refused unavailable events batches worker_running)),
+		'5|3|2|0|5|5|1', "$namespace: postgres's values, as pklimit_stats counted them");
+	is(join('|', map { $by_db{other}{$_} } qw(calls allowed refused events)),
+		'1|1|0|2', "$namespace: other's values");
+	cmp_ok($by_db{postgres}{wait_seconds}, '>', 0, "$namespace: wait_seconds sums the waits");
+	cmp_ok($by_db{postgres}{max_wait_seconds}, '<=', $by_db{postgres}{wait_seconds},
+		"$namespace: no wait is longer than all of them");
+	is($metric{pklimit_unavailable}, 'COUNTER', 'pklimit_unavailable is a counter, for increase()');
+	is($metric{pklimit_queue_depth}, 'GAUGE', 'pklimit_queue_depth is a gauge');
+}
+
+# The reset of one database leaves the other's counts; a reset of all does
+# not; DROP DATABASE takes the database's row.
+my $counts = "SELECT string_agg(datname || '=' || calls, ' ' ORDER BY datname) FROM pklimit_stats WHERE datname IN ('postgres', 'other')";
+$node->safe_psql('postgres', "SELECT pklimit_stats_reset(oid) FROM pg_database WHERE datname = 'other'");
+is($node->safe_psql('postgres', $counts), 'other=0 postgres=5', 'a reset of one database leaves the others');
+$node->safe_psql('postgres', 'SELECT pklimit_stats_reset()');
+is($node->safe_psql('postgres', $counts), 'other=0 postgres=0', 'a reset of all resets all');
+$node->safe_psql('other', "SELECT pklimit_allow('m', 3, '1 day')");
+my $other_oid = $node->safe_psql('postgres', "SELECT oid FROM pg_database WHERE datname = 'other'");
+$node->safe_psql('postgres', 'DROP DATABASE other');
+is($node->safe_psql('postgres', "SELECT count(*) FROM pklimit_stats WHERE dbid = $other_oid"), '0',
+	'a dropped database leaves no row');
+
+# A role that is not in pg_monitor cannot read it.
+$node->safe_psql('postgres', 'CREATE ROLE nobody LOGIN');
+my ($ret, $out, $err) = $node->psql('postgres', $queries->{pklimit}{query}, extra_params => [ '-U', 'nobody' ]);
+like($err, qr/permission denied for view pklimit_stats/, 'a role outside pg_monitor reads nothing');
+
+$node->stop;
+done_testing();
