@@ -26,6 +26,10 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# Every source file includes the shared headers (PGXS tracks no header
+# dependencies by itself).
+$(OBJS): src/pklimit.h src/compat.h
+
 # Lay out the sources as PostgreSQL's pgindent does.
 indent:
 	bash scripts/indent.sh

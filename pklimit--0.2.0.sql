@@ -211,9 +211,10 @@ GRANT SELECT ON @extschema@.pklimit_purge_status TO pg_monitor;
 -- database of the server.  Readable by pg_read_all_stats (and so pg_monitor)
 -- and superusers; the reset is a superuser's unless granted.
 CREATE FUNCTION @extschema@.pklimit_stats(
-	OUT dbid pg_catalog.oid, OUT calls pg_catalog.int8,
+	OUT dbid pg_catalog.oid, OUT datname pg_catalog.name, OUT calls pg_catalog.int8,
 	OUT allowed pg_catalog.int8, OUT refused pg_catalog.int8,
-	OUT unavailable pg_catalog.int8, OUT timeouts pg_catalog.int8,
+	OUT unavailable pg_catalog.int8, OUT failed_open pg_catalog.int8,
+	OUT timeouts pg_catalog.int8,
 	OUT queue_full pg_catalog.int8, OUT no_worker pg_catalog.int8,
 	OUT lock_timeouts pg_catalog.int8, OUT read_only pg_catalog.int8,
 	OUT no_table pg_catalog.int8, OUT errors pg_catalog.int8,
@@ -227,15 +228,13 @@ AS 'MODULE_PATHNAME', 'pklimit_stats'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION @extschema@.pklimit_stats() IS
-'Per database since the server started or pklimit_stats_reset(): recording calls and how they were answered (allowed + refused + unavailable = calls, unavailable by reason), shadow_refused, events and batches recorded, worker starts, requests waiting now, the worker''s pid, and the callers'' total, mean and longest wait in milliseconds.';
+'Per database since the server started or pklimit_stats_reset(): recording calls and how they were answered (allowed + refused + unavailable = calls, unavailable by reason, and failed_open: those of them answered allowed), shadow_refused, events and batches recorded, worker starts, requests waiting now, the worker''s pid, and the callers'' total, mean and longest wait in milliseconds.';
 
 CREATE VIEW @extschema@.pklimit_stats AS
-	SELECT d.datname, s.*
-	  FROM @extschema@.pklimit_stats() s
-	  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.dbid;
+	SELECT * FROM @extschema@.pklimit_stats();
 
 COMMENT ON VIEW @extschema@.pklimit_stats IS
-'What pklimit did in each database since the server started or the last reset (see pklimit_stats()); dbid 0, with datname NULL, counts together the databases beyond the first 63.';
+'What pklimit did in each database since the server started or the last reset (see pklimit_stats()); dbid 0, with datname NULL, counts together the databases beyond the first 63 (until the server restarts).';
 
 CREATE FUNCTION @extschema@.pklimit_stats_reset(dbid pg_catalog.oid DEFAULT NULL)
 RETURNS pg_catalog.void

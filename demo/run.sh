@@ -222,7 +222,7 @@ SELECT k, i, c.* FROM unnest(ARRAY['sshban:' || :'addr', 'sshnoban:' || :'addr']
 	LATERAL pklimit_check(k || left(i::text, 0), 3, '5 seconds', block => CASE WHEN k LIKE 'sshban:%' THEN interval '1 hour' END) c;
 SELECT pg_sleep(extract(epoch FROM max(reset_at) - clock_timestamp()) + 0.01) FROM ban WHERE k LIKE 'sshnoban:%' \g /dev/null
 SELECT string_agg(format('%s %s %s %s', (SELECT string_agg(allowed::text, ',' ORDER BY b.count) FROM ban b WHERE b.k = c.k),
-		c.allowed, c.count, round(extract(epoch FROM c.retry_after) / 60)), ' ' ORDER BY c.k)
+		c.allowed::text, c.count, round(extract(epoch FROM c.retry_after) / 60)), ' ' ORDER BY c.k)
   FROM unnest(ARRAY['sshban:' || :'addr', 'sshnoban:' || :'addr']) k,
 	LATERAL (SELECT k, * FROM pklimit_check(k, 3, '5 seconds', block => CASE WHEN k LIKE 'sshban:%' THEN interval '1 hour' END)) c;
 SQL

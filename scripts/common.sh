@@ -58,7 +58,7 @@ unix_socket_directories = '$WORKDIR'
 port = $PKLIMIT_PORT
 shared_preload_libraries = 'pklimit,pg_cron'
 cron.database_name = '$PKLIMIT_DB'
-max_connections = 100
+max_connections = ${PKLIMIT_MAX_CONNECTIONS:-100}
 fsync = on
 synchronous_commit = on
 CONF

@@ -76,9 +76,10 @@ SELECT allowed, status FROM pklimit_check('stats:a', 3, '36500 days');
 ALTER TABLE regress_stats_renamed RENAME TO platformkit_limits;
 
 -- counted with their reasons: 20 calls, 5 unavailable (3 lock_timeouts: two
--- calls on one key, one on two keys; 1 error; 1 no_table), nothing more
--- recorded
-SELECT calls, allowed, refused, unavailable, timeouts, queue_full, no_worker,
+-- calls on one key, one on two keys; 1 error; 1 no_table), 3 of them failed
+-- open (allowed by on_unavailable: the first lock timeout, the error and the
+-- missing table), nothing more recorded
+SELECT calls, allowed, refused, unavailable, failed_open, timeouts, queue_full, no_worker,
        lock_timeouts, read_only, no_table, errors, shadow_refused, events, batches,
        allowed + refused + unavailable = calls AS adds_up
   FROM pklimit_stats WHERE datname = current_database();
@@ -101,7 +102,7 @@ SELECT calls, events FROM pklimit_stats WHERE datname = current_database();
 -- its row while its worker runs
 SELECT stats_reset AS old_reset FROM pklimit_stats WHERE datname = current_database() \gset
 SELECT pklimit_stats_reset(:'this_db');
-SELECT calls, allowed, refused, unavailable, lock_timeouts, errors, shadow_refused,
+SELECT calls, allowed, refused, unavailable, failed_open, lock_timeouts, errors, shadow_refused,
        events, batches, worker_starts, queue_depth, mean_wait_ms, max_wait_ms,
        worker_pid IS NOT NULL AS worker, stats_reset > :'old_reset' AS reset_later
   FROM pklimit_stats WHERE datname = current_database();

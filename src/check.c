@@ -116,7 +116,9 @@ run_calls(FunctionCallInfo fcinfo, char **stored_keys,
 	for (int i = 0; i < n; i++)
 		if (answers[i].status != PKLIMIT_OK)
 		{
-			pklimit_stats_call(answers[i].status, false, false, started);
+			pklimit_stats_call(answers[i].status,
+							   pklimit_on_unavailable == PKLIMIT_ON_UNAVAILABLE_ALLOW,
+							   false, started);
 			return pklimit_unavailable(&answers[i], PKLIMIT_CALL_DECIDES);
 		}
 	for (int i = 0; i < n; i++)

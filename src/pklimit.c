@@ -40,6 +40,7 @@ int			pklimit_max_workers = 8;
 int			pklimit_worker_idle_timeout = 0;	/* seconds; 0: never */
 static char *pklimit_databases = NULL;	/* with a static worker each */
 bool		pklimit_shadow_mode = false;
+bool		pklimit_asynchronous_commit = false;
 bool		pklimit_track_stats = true;
 
 /* Protects all of pklimit's shared memory; NULL without preload. */
@@ -188,6 +189,13 @@ define_session_settings(void)
 							 &pklimit_track_stats,
 							 true,
 							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomBoolVariable("pklimit.asynchronous_commit",
+							 "The workers acknowledge events before their commit is flushed to disk.",
+							 "As synchronous_commit = off: a crash of the server or the machine may lose the events acknowledged in about the last three wal_writer_delay; a clean shutdown loses nothing.",
+							 &pklimit_asynchronous_commit,
+							 false,
+							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
 	DefineCustomIntVariable("pklimit.worker_idle_timeout",
 							"A pklimit worker with no work for this long exits.",

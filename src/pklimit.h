@@ -272,6 +272,7 @@ typedef enum PklimitStat
 	PKLIMIT_STAT_READ_ONLY,
 	PKLIMIT_STAT_NO_TABLE,
 	PKLIMIT_STAT_ERRORS,
+	PKLIMIT_STAT_FAILED_OPEN,	/* of the unavailable, those answered allowed */
 	PKLIMIT_STAT_EVENTS,		/* events recorded: the costs added */
 	PKLIMIT_STAT_BATCHES,		/* committed transactions that recorded */
 	PKLIMIT_STAT_WORKER_STARTS,
@@ -289,6 +290,7 @@ extern int	pklimit_queue_size;
 extern int	pklimit_max_workers;
 extern int	pklimit_worker_idle_timeout;
 extern bool pklimit_shadow_mode;
+extern bool pklimit_asynchronous_commit;
 extern bool pklimit_track_stats;
 extern LWLock *pklimit_lock;
 extern bool pklimit_preloaded(void);

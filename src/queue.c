@@ -434,21 +434,33 @@ pklimit_queue_has_work(Oid dboid)
 
 /*
  * The requests waiting for their answer now of each of the n databases, in
- * one pass over the slots.  Lock held.
+ * one pass over the slots; dboids[d] InvalidOid stands for every database
+ * not among the others.  Lock held.
  */
 void
 pklimit_queue_depths(const Oid *dboids, int64 *depths, int n)
 {
+	int			other = -1;
+
 	memset(depths, 0, sizeof(int64) * n);
+	for (int d = 0; d < n; d++)
+		if (!OidIsValid(dboids[d]))
+			other = d;
 	for (int i = 0; i < pklimit_queue_size; i++)
 	{
 		const Slot *slot = &queue->slots[i];
+		int			target = other;
 
 		if (slot->state != SLOT_QUEUED && slot->state != SLOT_TAKEN)
 			continue;
 		for (int d = 0; d < n; d++)
-			if (dboids[d] == slot->request.dboid)
-				depths[d]++;
+			if (OidIsValid(dboids[d]) && dboids[d] == slot->request.dboid)
+			{
+				target = d;
+				break;
+			}
+		if (target >= 0)
+			depths[target]++;
 	}
 }
 

@@ -14,7 +14,8 @@
  * refused, refused, or one per unavailable reason): calls and unavailable
  * are their sums, made when read, so allowed + refused + unavailable =
  * calls holds in every reading, and a reset while calls count can only
- * miss whole calls.
+ * miss whole calls.  An unavailable call answered allowed also adds 1 to
+ * failed_open.
  *
  * Locking: an entry's dboid, in_use and stats_reset are protected by
  * pklimit_lock (see pklimit.h).  A process claims its database's entry on
@@ -32,19 +33,24 @@
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "commands/dbcommands.h"
 #include "utils/builtins.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "pklimit.h"
 
 /*
  * Databases with an entry of their own; the databases beyond share one
- * more, shown with dbid 0.
+ * more, shown with dbid 0.  Once that one is in use, it is used by every
+ * database without an entry of its own until the server restarts, even
+ * when a dropped database frees an entry: one database's counts are never
+ * split between two rows.
  */
 #define STATS_DATABASES 63
 
 /* Columns of pklimit_stats(). */
-#define STATS_COLUMNS 22
+#define STATS_COLUMNS 24
 
 typedef struct StatsEntryData
 {
@@ -108,7 +114,8 @@ entry(void)
 	for (int i = 0; i < STATS_DATABASES && e == NULL; i++)
 		if (entries[i].d.in_use && entries[i].d.dboid == MyDatabaseId)
 			e = &entries[i].d;
-	for (int i = 0; i < STATS_DATABASES && e == NULL; i++)
+	for (int i = 0; i < STATS_DATABASES && e == NULL &&
+		 !entries[STATS_DATABASES].d.in_use; i++)
 		if (!entries[i].d.in_use)
 			e = &entries[i].d;
 	if (e == NULL)
@@ -177,8 +184,9 @@ answer_counter(PklimitStatus status, bool allowed, bool shadow)
 /*
  * Count one recording call (nothing with pklimit.track_stats off), however
  * many keys it named: the store's status (PKLIMIT_OK: it answered), whether
- * the store allowed it, whether shadow mode allowed it instead of refusing,
- * and when the caller started waiting.
+ * it was allowed (by the store, or by pklimit.on_unavailable when the store
+ * was not reached: it failed open), whether shadow mode allowed it instead
+ * of refusing, and when the caller started waiting.
  */
 void
 pklimit_stats_call(PklimitStatus status, bool allowed, bool shadow,
@@ -193,6 +201,8 @@ pklimit_stats_call(PklimitStatus status, bool allowed, bool shadow,
 	waited = (uint64) Max(GetCurrentTimestamp() - started, 0);
 	counters = entry()->counters;
 	pg_atomic_fetch_add_u64(&counters[answer_counter(status, allowed, shadow)], 1);
+	if (status != PKLIMIT_OK && allowed)
+		pg_atomic_fetch_add_u64(&counters[PKLIMIT_STAT_FAILED_OPEN], 1);
 	pg_atomic_fetch_add_u64(&counters[PKLIMIT_STAT_WAIT_USEC], waited);
 	max = pg_atomic_read_u64(&counters[PKLIMIT_STAT_MAX_WAIT_USEC]);
 	while (max < waited &&
@@ -201,9 +211,18 @@ pklimit_stats_call(PklimitStatus status, bool allowed, bool shadow,
 		;						/* max now holds the value another wrote */
 }
 
+/* Free an entry of its own.  Lock held exclusively. */
+static void
+free_entry(StatsEntryData *e)
+{
+	zero_counters(e);
+	e->in_use = false;
+	e->dboid = InvalidOid;
+}
+
 /*
  * After DROP DATABASE: its entry is free again, its counts gone (a new
- * database could be given its OID).
+ * database could be given its OID).  No process of it is left to count.
  */
 void
 pklimit_stats_forget_database(Oid dboid)
@@ -213,18 +232,16 @@ pklimit_stats_forget_database(Oid dboid)
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < STATS_DATABASES; i++)
 		if (entries[i].d.in_use && entries[i].d.dboid == dboid)
-		{
-			zero_counters(&entries[i].d);
-			entries[i].d.in_use = false;
-			entries[i].d.dboid = InvalidOid;
-		}
+			free_entry(&entries[i].d);
 	LWLockRelease(pklimit_lock);
 }
 
 /*
  * pklimit_stats_reset(dbid oid DEFAULT NULL): the counters of one database
  * (0: of the databases that share an entry), or of every database if NULL,
- * start again at 0.
+ * start again at 0.  Entries of databases that no longer exist (dropped
+ * while a standby replayed it, which runs no DROP DATABASE of its own) are
+ * freed.
  */
 PG_FUNCTION_INFO_V1(pklimit_stats_reset);
 Datum
@@ -233,13 +250,32 @@ pklimit_stats_reset(PG_FUNCTION_ARGS)
 	TimestampTz now = GetCurrentTimestamp();
 	bool		all = PG_ARGISNULL(0);
 	Oid			dboid = all ? InvalidOid : PG_GETARG_OID(0);
+	Oid			gone[STATS_DATABASES];
+	int			ngone = 0;
 
 	pklimit_check_preloaded();
+	/* catalog lookups before the lock: nothing may raise an error under it */
+	LWLockAcquire(pklimit_lock, LW_SHARED);
+	for (int i = 0; i < STATS_DATABASES; i++)
+		if (entries[i].d.in_use)
+			gone[ngone++] = entries[i].d.dboid;
+	LWLockRelease(pklimit_lock);
+	for (int g = 0; g < ngone;)
+		if (SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(gone[g])))
+			gone[g] = gone[--ngone];
+		else
+			g++;
+
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
 	for (int i = 0; i <= STATS_DATABASES; i++)
 	{
 		StatsEntryData *e = &entries[i].d;
 
+		if (!e->in_use)
+			continue;
+		for (int g = 0; g < ngone && i < STATS_DATABASES; g++)
+			if (e->dboid == gone[g])
+				free_entry(e);
 		if (!e->in_use || (!all && e->dboid != dboid))
 			continue;
 		zero_counters(e);
@@ -253,6 +289,7 @@ pklimit_stats_reset(PG_FUNCTION_ARGS)
 typedef struct StatsRow
 {
 	Oid			dboid;
+	char	   *datname;		/* NULL: the shared entry */
 	TimestampTz stats_reset;
 	uint64		counters[PKLIMIT_STAT_COUNT];
 	int64		queue_depth;
@@ -286,12 +323,22 @@ stats_columns(const StatsRow *row, Datum *values, bool *nulls)
 	int			i = 0;
 
 	values[i++] = ObjectIdGetDatum(row->dboid);
+	if (row->datname == NULL)
+		nulls[i++] = true;
+	else
+	{
+		NameData   *datname = palloc(sizeof(NameData));
+
+		namestrcpy(datname, row->datname);
+		values[i++] = NameGetDatum(datname);
+	}
 	values[i++] = counter_datum(calls);
 	values[i++] = counter_datum(counters_sum(c, PKLIMIT_STAT_ALLOWED,
 											 PKLIMIT_STAT_SHADOW_REFUSED));
 	values[i++] = counter_datum(c[PKLIMIT_STAT_REFUSED]);
 	values[i++] = counter_datum(counters_sum(c, PKLIMIT_STAT_TIMEOUTS,
 											 PKLIMIT_STAT_ERRORS));
+	values[i++] = counter_datum(c[PKLIMIT_STAT_FAILED_OPEN]);
 	for (int s = PKLIMIT_STAT_TIMEOUTS; s <= PKLIMIT_STAT_ERRORS; s++)
 		values[i++] = counter_datum(c[s]);
 	values[i++] = counter_datum(c[PKLIMIT_STAT_SHADOW_REFUSED]);
@@ -314,7 +361,7 @@ stats_columns(const StatsRow *row, Datum *values, bool *nulls)
 /*
  * pklimit_stats(): a row per database that has counted anything since the
  * server started or the last reset, or has a worker or waiting requests
- * now.  The entries are copied under the lock, held shared, in one pass
+ * now, with its name (none for the shared entry).  The entries are copied under the lock, held shared, in one pass
  * over the queue; the rows are made after it is released.
  */
 PG_FUNCTION_INFO_V1(pklimit_stats);
@@ -343,7 +390,7 @@ pklimit_stats(PG_FUNCTION_ARGS)
 			rows[n].counters[c] = pg_atomic_read_u64(&e->counters[c]);
 		rows[n].worker_pid = OidIsValid(e->dboid) ?
 			pklimit_registry_worker_pid(e->dboid) : 0;
-		dboids[n] = e->dboid;	/* InvalidOid matches no request */
+		dboids[n] = e->dboid;	/* InvalidOid: the shared entry */
 		n++;
 	}
 	pklimit_queue_depths(dboids, depths, n);
@@ -360,6 +407,12 @@ pklimit_stats(PG_FUNCTION_ARGS)
 			counted |= (rows[r].counters[c] != 0);
 		if (!counted && rows[r].queue_depth == 0 && rows[r].worker_pid == 0)
 			continue;
+		if (OidIsValid(rows[r].dboid))
+		{
+			rows[r].datname = get_database_name(rows[r].dboid);
+			if (rows[r].datname == NULL)
+				continue;		/* dropped, as a standby replayed it */
+		}
 		stats_columns(&rows[r], values, nulls);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}

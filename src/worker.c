@@ -64,6 +64,20 @@ typedef struct Batch
 static bool static_worker = false;
 
 /*
+ * An acknowledged event survives a crash, whatever the database says
+ * (synchronous_commit on), unless pklimit.asynchronous_commit trades that
+ * for a commit that does not wait for its flush, nor for a synchronous
+ * standby.  Set at start and after every reload.
+ */
+static void
+set_commit_mode(void)
+{
+	SetConfigOption("synchronous_commit",
+					pklimit_asynchronous_commit ? "off" : "on",
+					PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+/*
  * Between transactions there is nothing to cancel: a cancel
  * (pg_cancel_backend) that arrives now would only end the worker.  SIGINT
  * stays handled, since lock_timeout works through it.  A termination
@@ -86,6 +100,7 @@ take_interrupts(void)
 	{
 		ConfigReloadPending = false;
 		ProcessConfigFile(PGC_SIGHUP);
+		set_commit_mode();
 	}
 }
 
@@ -347,8 +362,7 @@ set_up_session(void)
 #ifdef PKLIMIT_HAS_TRANSACTION_TIMEOUT
 	SetConfigOption("transaction_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 #endif
-	/* an acknowledged event survives a crash, whatever the database says */
-	SetConfigOption("synchronous_commit", "on", PGC_SUSET, PGC_S_OVERRIDE);
+	set_commit_mode();
 }
 
 void

@@ -3,8 +3,9 @@
 # what is missing, builds and installs pklimit, starts a throwaway cluster
 # (pklimit and pg_cron preloaded) and runs every test layer: pg_regress,
 # isolation specs and the TAP tests (preload, workers, conformance,
-# concurrency, upgrade), on every supported PostgreSQL major: 15 on the host,
-# 17 and 18 in Debian chroots (scripts/chroot.sh).  Ends with one line
+# concurrency, upgrade) and, on the host's version, the demo, on every
+# supported PostgreSQL major: 15 on the host, 17 and 18 in Debian chroots
+# (scripts/chroot.sh).  Ends with one line
 # "N passed, N failed" (every version added up) and exits non-zero on any
 # failure.
 #
@@ -156,6 +157,20 @@ if [ "$layers" = all ] || [ "$layers" = tap ]; then
 	fi
 	echo "   $p passed, $f failed"
 	passed=$((passed + p)); failed=$((failed + f))
+fi
+
+# The README's first command, the demo, on the host's version: one test
+# (its own cluster, on the next port).
+if [ "$layers" = all ] && [ "$examples" = 1 ]; then
+	log "the demo (demo/run.sh) on PostgreSQL $PG_MAJOR"
+	if PKLIMIT_PORT=$((PKLIMIT_PORT + 1)) PKLIMIT_KEEP= bash "$here/../demo/run.sh" \
+		>"$WORKDIR/demo.log" 2>&1 && grep -q '^OK: ' "$WORKDIR/demo.log"; then
+		echo "   demo: $(grep '^OK: ' "$WORKDIR/demo.log" | cut -c1-60)..."
+		passed=$((passed + 1))
+	else
+		tail -n 30 "$WORKDIR/demo.log"
+		failed=$((failed + 1))
+	fi
 fi
 
 echo "$passed passed, $failed failed"

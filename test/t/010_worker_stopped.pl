@@ -28,10 +28,10 @@ is($out, 'f', 'on_unavailable = deny refuses');
 ($out, $err) = timed_psql($node, 'postgres',
 	"SET pklimit.timeout = '200ms'; SET pklimit.on_unavailable = error; SELECT pklimit_allow('stuck', 1, '36500 days')");
 like($err, qr/ERROR:  pklimit store unavailable: timeout/, 'on_unavailable = error raises');
-my $stats = "SELECT concat_ws('|', calls, allowed, refused, unavailable, timeouts, queue_full, no_worker, errors)"
+my $stats = "SELECT concat_ws('|', calls, allowed, refused, unavailable, failed_open, timeouts, queue_full, no_worker, errors)"
   . " FROM pklimit_stats WHERE datname = 'postgres'";
-is($node->safe_psql('postgres', $stats), '3|0|0|3|3|0|0|0',
-	'pklimit_stats: 3 calls unavailable, each a timeout, whatever on_unavailable answered');
+is($node->safe_psql('postgres', $stats), '3|0|0|3|1|3|0|0|0',
+	'pklimit_stats: 3 calls unavailable, each a timeout, one failed open (allow; not deny or error)');
 
 # --- cancelled calls free their queue slots (the queue has only 16)
 my $script = "SET pklimit.timeout = '10s'; SET statement_timeout = '30ms';\n"
@@ -76,8 +76,8 @@ ok($node->poll_query_until('postgres',
 	"the idle worker's wait event is $idle_wait");
 is($node->safe_psql('postgres', "SELECT pklimit_count('cancel-me')"), '0', 'the cancelled call was not recorded');
 # cancelled calls have no answer and do not count; 40 ok after resuming
-is($node->safe_psql('postgres', $stats), '44|40|0|4|3|1|0|0',
-	'pklimit_stats: 44 answered calls, 40 allowed, 4 unavailable (3 timeouts, 1 queue_full)');
+is($node->safe_psql('postgres', $stats), '44|40|0|4|2|3|1|0|0',
+	'pklimit_stats: 44 answered calls, 40 allowed, 4 unavailable (3 timeouts, 1 queue_full), 2 failed open');
 
 $node->stop;
 done_testing();

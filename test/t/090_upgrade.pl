@@ -114,6 +114,21 @@ is($node->safe_psql('carried', q{
 	   AND p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')}),
 	'0', 'as the grants of a user, which pg_dump dumps');
 
+# --- a replaced function with the default privileges keeps them, even when
+# default privileges set after the 0.1.0 install take EXECUTE from PUBLIC
+$node->safe_psql('postgres', 'CREATE DATABASE defaults');
+$node->safe_psql('defaults', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.1.0'");
+$node->safe_psql('defaults', 'ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC');
+$node->safe_psql('defaults', 'ALTER EXTENSION pklimit UPDATE');
+is($node->safe_psql('defaults', q{
+	SELECT string_agg(p.proname || ':' || has_function_privilege('app', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
+	  FROM pg_proc p WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
+	   AND p.pronargs = 6}),
+	'pklimit_allow:true pklimit_allow_all:true pklimit_check:true pklimit_check_all:true',
+	'default privileges that take EXECUTE from PUBLIC do not take the replaced functions away from it');
+is($node->safe_psql('defaults', q{SET ROLE app; SELECT pklimit_allow('k', 1, '1 hour')}), 't',
+	'a plain role still records after the update');
+
 # --- a view of a user on a replaced function makes the update fail
 $node->safe_psql('postgres', 'CREATE DATABASE viewed');
 $node->safe_psql('viewed', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.1.0'");

@@ -29,7 +29,7 @@ $node->safe_psql('postgres', "SELECT pklimit_allow('m', 3, '1 day') FROM generat
 $node->safe_psql('other', "SELECT pklimit_allow('m', 3, '1 day', cost => 2)");
 
 my %usages = map { $_ => 1 } qw(LABEL COUNTER GAUGE);
-my @names = qw(calls allowed refused unavailable timeouts queue_full no_worker
+my @names = qw(calls allowed refused unavailable failed_open timeouts queue_full no_worker
   lock_timeouts read_only no_table errors shadow_refused events batches worker_starts
   queue_depth worker_running wait_seconds max_wait_seconds);
 for my $namespace (sort keys %$queries)
