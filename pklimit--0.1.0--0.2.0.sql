@@ -59,6 +59,14 @@ BEGIN
 END
 $check$;
 
+-- The table's CHECK constraints go: only pklimit's worker writes the
+-- table, and its C code keeps every window positive and every count at 0
+-- or more; a CHECK would have its expression read again by every one of
+-- its statements.
+ALTER TABLE @extschema@.platformkit_limits
+	DROP CONSTRAINT platformkit_limits_window_check,
+	DROP CONSTRAINT platformkit_limits_count_check;
+
 -- A refused call can block its key: blocked_until.
 ALTER TABLE @extschema@.platformkit_limits ADD COLUMN blocked_until pg_catalog.timestamptz;
 COMMENT ON COLUMN @extschema@.platformkit_limits.count IS

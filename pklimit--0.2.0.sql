@@ -56,17 +56,16 @@ LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.platformkit_is_system() IS
 'Row level security predicate of platformkit_limits: true only while pklimit''s own code works on the table.';
 
+-- No CHECK constraints: only pklimit's worker writes the table, and its C
+-- code keeps every window positive and every count at 0 or more; a CHECK
+-- would have its expression read again by every one of its statements.
 CREATE TABLE @extschema@.platformkit_limits (
 	key pg_catalog.text COLLATE "C" PRIMARY KEY,
 	window_start pg_catalog.timestamptz NOT NULL,
 	window_end pg_catalog.timestamptz NOT NULL,
 	count pg_catalog.int8 NOT NULL,
 	updated_at pg_catalog.timestamptz NOT NULL,
-	blocked_until pg_catalog.timestamptz,
-	CONSTRAINT platformkit_limits_window_check
-		CHECK (window_end OPERATOR(pg_catalog.>) window_start),
-	CONSTRAINT platformkit_limits_count_check
-		CHECK (count OPERATOR(pg_catalog.>=) 0)
+	blocked_until pg_catalog.timestamptz
 );
 
 -- The purge deletes by window end.

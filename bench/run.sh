@@ -21,12 +21,25 @@
 #             together, beside two pklimit_allow calls
 #   stats     pklimit_allow with pklimit_stats counting (the default)
 #             beside the same calls with pklimit.track_stats off
+#   scale     64 and 256 clients on one hot key and over 100,000 keys, and
+#             8 databases busy at once (8 clients each)
+#   async     pklimit.asynchronous_commit on, 64 clients on one hot key,
+#             beside Redis at 64 clients
+#
+# Every measurement also reports the server's CPU time per call (the
+# postmaster and all its processes, callers' backends and workers alike,
+# user and system time from /proc) and the 99th percentile latency (from
+# pgbench's per-transaction log).
 source "$(dirname "$0")/../scripts/common.sh"
 
 DURATION=${DURATION:-8}
 ROUNDS=${ROUNDS:-3}
 CLIENTS=${CLIENTS:-8}
 REDIS=${REDIS:-1}
+# 256 clients; a worker for each of 9 databases, beside pg_cron's launcher
+export PKLIMIT_MAX_CONNECTIONS=300
+export PKLIMIT_EXTRA_CONF="max_worker_processes = 16
+pklimit.max_workers = 12"
 
 extra=()
 [ "$REDIS" != 0 ] && extra=(redis-server redis-tools)
@@ -87,78 +100,173 @@ script pklimit_1k 1000 "SELECT pklimit_allow('t' || :k, 1000000000, '1 hour');"
 script pklimit_1m 1000000 "SELECT pklimit_allow('t' || :k, 1000000000, '1 hour');"
 chown -R $RUN_AS "$B"
 
-# pgb SCRIPT CLIENTS: one pgbench run; prints "tps latency_ms".  SCRIPT
-# ending in _nostats: the script without it, with pklimit.track_stats off.
+# The server's CPU time so far, in clock ticks: the postmaster, the children
+# it has reaped (a pgbench session's backend, once it has exited) and its
+# live children (the workers, the background processes).
+PM_PID=$(head -n 1 "$WORKDIR/data/postmaster.pid")
+server_ticks() {
+	local t c f
+	read -r -a f <"/proc/$PM_PID/stat"
+	t=$((f[13] + f[14] + f[15] + f[16]))
+	for c in $(pgrep -P "$PM_PID"); do
+		read -r -a f <"/proc/$c/stat" 2>/dev/null || continue
+		t=$((t + f[13] + f[14]))
+	done
+	echo "$t"
+}
+children() { pgrep -P "$PM_PID" | wc -l; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
+# p99 of pgbench per-transaction logs (latency in microseconds, field 3), ms
+p99() { cat "$@" | awk '{ print $3 }' | sort -n |
+	awk '{ a[NR] = $1 } END { i = int(NR * 0.99); if (i < 1) i = 1; printf "%.2f\n", a[i] / 1000 }'; }
+
+# pgb SCRIPT CLIENTS [DB]: one pgbench run; prints "tps latency_ms
+# cpu_us_per_call p99_ms".  SCRIPT ending in _nostats: the script without
+# it, with pklimit.track_stats off.
 pgb() {
-	local opts=
+	local opts= db=${3:-$PKLIMIT_DB} before ticks0 out calls logs
 	[[ $1 == *_nostats ]] && opts="-c pklimit.track_stats=off"
-	as_user env PGOPTIONS="$opts" \
+	logs=$(mktemp -d -p "$B") && chown $RUN_AS "$logs"
+	before=$(children)
+	ticks0=$(server_ticks)
+	out=$(cd "$logs" && as_user env PGOPTIONS="$opts" \
 		pgbench -n -c "$2" -j "$(($2 < 2 ? 1 : 2))" -T "$DURATION" -f "$B/${1%_nostats}.sql" \
-		-h "$PGHOST" -p "$PGPORT" -U postgres "$PKLIMIT_DB" 2>&1 |
-		awk '/^latency average/ { l = $4 } /^tps/ { t = $3 } END { printf "%.1f %.3f\n", t, l }'
+		-l --log-prefix="$logs/log" -h "$PGHOST" -p "$PGPORT" -U postgres "$db" 2>&1)
+	# the sessions' backends exit after pgbench: their CPU time counts once reaped
+	for _ in $(seq 1 50); do [ "$(children)" -le "$before" ] && break; sleep 0.1; done
+	calls=$(echo "$out" | awk '/number of transactions actually processed/ { split($NF, a, "/"); print a[1] }')
+	echo "$out" | awk -v ticks=$(($(server_ticks) - ticks0)) -v tick_us="$TICK_US" -v calls="${calls:-0}" \
+		-v p99="$(p99 "$logs"/log.*)" \
+		'/^latency average/ { l = $4 } /^tps/ { t = $3 }
+		END { printf "%.1f %.3f %.0f %s\n", t, l, (calls > 0 ? ticks * tick_us / calls : 0), p99 }'
+	rm -rf "$logs"
 }
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 # measure LABEL CLIENTS FIELD SCRIPT...: alternate the scripts ROUNDS times;
-# FIELD 1 is tps, 2 latency.  Sets M[script] to the median.
-declare -A M
+# FIELD 1 is tps, 2 latency.  Sets M[script] to the median of that field,
+# CPU[script] to the median CPU time per call (us) and P99[script] to the
+# median p99 latency (ms).
+declare -A M CPU P99
 measure() {
-	local clients=$2 field=$3 s r
+	local clients=$2 field=$3 s r res
 	shift 3
-	declare -A vals
+	declare -A vals cpus p99s
 	for r in $(seq 1 "$ROUNDS"); do
 		for s in "$@"; do
 			[[ $s == pklimit_hot* || $s == pklimit_100000* ]] && q -c "SELECT pklimit_forget('hot')" >/dev/null
-			vals[$s]+="$(pgb "$s" "$clients" | cut -d' ' -f"$field") "
+			res=$(pgb "$s" "$clients")
+			vals[$s]+="$(echo "$res" | cut -d' ' -f"$field") "
+			cpus[$s]+="$(echo "$res" | cut -d' ' -f3) "
+			p99s[$s]+="$(echo "$res" | cut -d' ' -f4) "
 		done
 	done
-	for s in "$@"; do M[$s]=$(echo "${vals[$s]}" | tr ' ' '\n' | grep . | median); done
+	for s in "$@"; do
+		M[$s]=$(echo "${vals[$s]}" | tr ' ' '\n' | grep . | median)
+		CPU[$s]=$(echo "${cpus[$s]}" | tr ' ' '\n' | grep . | median)
+		P99[$s]=$(echo "${p99s[$s]}" | tr ' ' '\n' | grep . | median)
+	done
 }
 ratio() { echo "scale=2; $1 / $2" | bc -l; }
 line() { printf '  %-52s %12s\n' "$1" "$2"; }
+# row NAME SCRIPT: the measured value, CPU per call and p99 of a script
+row() { printf '  %-36s %12s %10s us/call %8s ms p99\n' "$1" "${M[$2]}" "${CPU[$2]}" "${P99[$2]}"; }
 
 echo "pklimit benchmark: $(nproc) cores, PostgreSQL $(q -c 'SHOW server_version' | cut -d' ' -f1), synchronous_commit = $(q -c 'SHOW synchronous_commit'), $DURATION s x $ROUNDS rounds, medians"
 
 measure lat 1 2 select1_hot plain_hot pklimit_hot dblink_hot
 echo "1 client, one hot key: latency (ms)"
-for s in select1_hot plain_hot pklimit_hot dblink_hot; do line "${s%_hot}" "${M[$s]}"; done
+for s in select1_hot plain_hot pklimit_hot dblink_hot; do row "${s%_hot}" "$s"; done
 LAT=$(ratio "${M[pklimit_hot]}" "${M[plain_hot]}")
 
 measure hot "$CLIENTS" 1 select1_hot plain_hot pklimit_hot
 echo "$CLIENTS clients, one hot key: calls/s"
-for s in select1_hot plain_hot pklimit_hot; do line "${s%_hot}" "${M[$s]}"; done
+for s in select1_hot plain_hot pklimit_hot; do row "${s%_hot}" "$s"; done
 HOT=$(ratio "${M[pklimit_hot]}" "${M[plain_hot]}")
+HOT_TPS=${M[pklimit_hot]}
 
 measure many "$CLIENTS" 1 plain_100000 pklimit_100000
 echo "$CLIENTS clients over 100,000 keys: calls/s"
-for s in plain_100000 pklimit_100000; do line "${s%_100000}" "${M[$s]}"; done
+for s in plain_100000 pklimit_100000; do row "${s%_100000}" "$s"; done
 MANY=$(ratio "${M[pklimit_100000]}" "${M[plain_100000]}")
+
+# many clients: 64 and 256, on one hot key and over 100,000 keys
+declare -A SCALE
+for c in 64 256; do
+	measure "hot$c" "$c" 1 plain_hot pklimit_hot
+	echo "$c clients, one hot key: calls/s"
+	for s in plain_hot pklimit_hot; do row "${s%_hot}" "$s"; done
+	SCALE[hot$c]=$(ratio "${M[pklimit_hot]}" "${M[plain_hot]}")
+	measure "many$c" "$c" 1 plain_100000 pklimit_100000
+	echo "$c clients over 100,000 keys: calls/s"
+	for s in plain_100000 pklimit_100000; do row "${s%_100000}" "$s"; done
+	SCALE[many$c]=$(ratio "${M[pklimit_100000]}" "${M[plain_100000]}")
+	SCALE[cpu$c]=$(ratio "${CPU[pklimit_100000]}" "${CPU[plain_100000]}")
+	[ "$c" = 64 ] && MANY64_TPS=${M[pklimit_100000]}
+done
+
+# eight databases busy at once, 8 clients each, pklimit over 100,000 keys in
+# each, beside the same 64 clients in one database
+for d in 1 2 3 4 5 6 7 8; do
+	q -c "CREATE DATABASE bench_db$d" >/dev/null
+	q -d "bench_db$d" -c "SET client_min_messages = error; CREATE EXTENSION pklimit" \
+		-c "SELECT pklimit_allow('warm-up', 1, '1 hour')" >/dev/null	# its worker starts
+done
+declare -A DBS
+for r in $(seq 1 "$ROUNDS"); do
+	for d in 1 2 3 4 5 6 7 8; do
+		(pgb pklimit_100000 8 "bench_db$d" >"$B/db$d.out") &
+	done
+	wait
+	tot=0 worst=0
+	for d in 1 2 3 4 5 6 7 8; do
+		read -r t _ _ p <"$B/db$d.out"
+		tot=$(echo "$tot + $t" | bc -l)
+		worst=$(echo "if ($p > $worst) $p else $worst" | bc -l)
+	done
+	DBS[tps]+="$tot " DBS[p99]+="$worst "
+done
+DBS_TPS=$(echo "${DBS[tps]}" | tr ' ' '\n' | grep . | median)
+DBS_P99=$(echo "${DBS[p99]}" | tr ' ' '\n' | grep . | median)
+echo "8 databases busy at once, 8 clients each over 100,000 keys: calls/s (all)"
+line "8 databases x 8 clients (p99: the worst database's)" "$DBS_TPS ($DBS_P99 ms p99)"
+line "1 database x 64 clients (above)" "$MANY64_TPS"
+MULTI=$(ratio "$DBS_TPS" "$MANY64_TPS")
+
+# pklimit.asynchronous_commit: 64 clients on one hot key
+q -c "ALTER SYSTEM SET pklimit.asynchronous_commit = on" -c "SELECT pg_reload_conf()" >/dev/null
+measure async 64 1 pklimit_hot
+q -c "ALTER SYSTEM RESET pklimit.asynchronous_commit" -c "SELECT pg_reload_conf()" >/dev/null
+ASYNC_HOT64=${M[pklimit_hot]}
+echo "64 clients, one hot key, pklimit.asynchronous_commit = on: calls/s"
+row "pklimit (asynchronous commit)" pklimit_hot
 
 measure rb "$CLIENTS" 1 pklimit_rb dblink_rb
 echo "$CLIENTS clients, one hot key, inside transactions that roll back: calls/s"
-for s in pklimit_rb dblink_rb; do line "${s%_rb}" "${M[$s]}"; done
+for s in pklimit_rb dblink_rb; do row "${s%_rb}" "$s"; done
 RB=$(ratio "${M[pklimit_rb]}" "${M[dblink_rb]}")
 
 measure two "$CLIENTS" 1 allow_all two_singles
 echo "$CLIENTS clients over 100,000 keys, two limits per request: requests/s"
-line "pklimit_allow_all on both keys" "${M[allow_all]}"
-line "two pklimit_allow calls" "${M[two_singles]}"
+row "pklimit_allow_all on both keys" allow_all
+row "two pklimit_allow calls" two_singles
 TWO=$(ratio "${M[allow_all]}" "${M[two_singles]}")
 measure twolat 1 2 allow_all two_singles
 echo "1 client, two limits per request: latency (ms)"
-line "pklimit_allow_all on both keys" "${M[allow_all]}"
-line "two pklimit_allow calls" "${M[two_singles]}"
+row "pklimit_allow_all on both keys" allow_all
+row "two pklimit_allow calls" two_singles
 TWOLAT=$(ratio "${M[allow_all]}" "${M[two_singles]}")
 
 measure stats "$CLIENTS" 1 pklimit_hot pklimit_hot_nostats
 echo "$CLIENTS clients, one hot key, pklimit_stats counting and not: calls/s"
-line "pklimit.track_stats = on" "${M[pklimit_hot]}"
-line "pklimit.track_stats = off" "${M[pklimit_hot_nostats]}"
+row "pklimit.track_stats = on" pklimit_hot
+row "pklimit.track_stats = off" pklimit_hot_nostats
 STATS_HOT=$(ratio "${M[pklimit_hot]}" "${M[pklimit_hot_nostats]}")
 measure stats_many "$CLIENTS" 1 pklimit_100000 pklimit_100000_nostats
 echo "$CLIENTS clients over 100,000 keys, pklimit_stats counting and not: calls/s"
-line "pklimit.track_stats = on" "${M[pklimit_100000]}"
-line "pklimit.track_stats = off" "${M[pklimit_100000_nostats]}"
+row "pklimit.track_stats = on" pklimit_100000
+row "pklimit.track_stats = off" pklimit_100000_nostats
 STATS_MANY=$(ratio "${M[pklimit_100000]}" "${M[pklimit_100000_nostats]}")
 
 # table size: the same calls on a table of 1,000 keys and one of 1,000,000
@@ -209,20 +317,30 @@ if [ "$REDIS" != 0 ] && command -v redis-server >/dev/null; then
 		--pidfile "$B/redis.pid" --logfile "$B/redis.log" >/dev/null
 	sleep 1
 	LUA="local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('PEXPIRE', KEYS[1], 3600000) end return c"
-	rps=()
+	rps=() rps64=()
 	for r in $(seq 1 "$ROUNDS"); do
 		rps+=("$(redis-benchmark -s "$B/redis.sock" -c "$CLIENTS" -n 200000 -q EVAL "$LUA" 1 hot 2>/dev/null |
+			grep -o '[0-9.]* requests per second' | cut -d' ' -f1)")
+		rps64+=("$(redis-benchmark -s "$B/redis.sock" -c 64 -n 200000 -q EVAL "$LUA" 1 hot 2>/dev/null |
 			grep -o '[0-9.]* requests per second' | cut -d' ' -f1)")
 	done
 	kill "$(cat "$B/redis.pid")" 2>/dev/null || true
 	REDIS_RPS=$(printf '%s\n' "${rps[@]}" | median)
-	echo "$CLIENTS clients, one hot key, Redis INCR + PEXPIRE (Lua): calls/s"
-	line "redis (no fsync: appendonly no)" "$REDIS_RPS"
+	REDIS_RPS64=$(printf '%s\n' "${rps64[@]}" | median)
+	echo "one hot key, Redis INCR + PEXPIRE (Lua): calls/s"
+	line "redis, $CLIENTS clients (no fsync: appendonly no)" "$REDIS_RPS"
+	line "redis, 64 clients" "$REDIS_RPS64"
 fi
 
 echo "ratios (target)"
 line "hot key, $CLIENTS clients: pklimit / plain (>= 5)" "$HOT"
-line "100,000 keys, $CLIENTS clients: pklimit / plain (>= 1.5)" "$MANY"
+line "hot key, 64 clients: pklimit / plain (>= 15)" "${SCALE[hot64]}"
+line "hot key, 256 clients: pklimit / plain" "${SCALE[hot256]}"
+line "100,000 keys, $CLIENTS clients: pklimit / plain (>= 1.25)" "$MANY"
+line "100,000 keys, 64 clients: pklimit / plain (>= 1.5)" "${SCALE[many64]}"
+line "100,000 keys, 256 clients: pklimit / plain" "${SCALE[many256]}"
+line "CPU per call, 100,000 keys, 64 clients: pklimit / plain (<= 0.5)" "${SCALE[cpu64]}"
+line "8 databases x 8 clients / 1 database x 64 clients" "$MULTI"
 line "1 client latency: pklimit / plain (<= 1.25)" "$LAT"
 line "rolled back, hot key: pklimit / dblink (>= 5)" "$RB"
 line "1,000,000 keys / 1,000 keys (>= 0.8)" "$SIZE"
@@ -230,5 +348,8 @@ line "two limits, $CLIENTS clients: allow_all / two calls, requests/s" "$TWO"
 line "two limits, 1 client latency: allow_all / two calls" "$TWOLAT"
 line "stats counting / not, hot key (about 1)" "$STATS_HOT"
 line "stats counting / not, 100,000 keys (about 1)" "$STATS_MANY"
-[ -n "${REDIS_RPS:-}" ] && line "hot key: pklimit / redis" "$(ratio "${M[pklimit_hot]}" "$REDIS_RPS")"
+if [ -n "${REDIS_RPS:-}" ]; then
+	line "hot key, $CLIENTS clients: pklimit / redis" "$(ratio "$HOT_TPS" "$REDIS_RPS")"
+	line "hot key, 64 clients, asynchronous commit: pklimit / redis (>= 0.5)" "$(ratio "$ASYNC_HOT64" "$REDIS_RPS64")"
+fi
 exit 0

@@ -61,6 +61,7 @@ cron.database_name = '$PKLIMIT_DB'
 max_connections = ${PKLIMIT_MAX_CONNECTIONS:-100}
 fsync = on
 synchronous_commit = on
+${PKLIMIT_EXTRA_CONF:-}
 CONF
 	as_user pg_ctl -D "$data" -l "$WORKDIR/server.log" -w start >/dev/null
 	trap stop_cluster EXIT
