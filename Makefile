@@ -28,7 +28,7 @@ include $(PGXS)
 
 # Every source file includes the shared headers (PGXS tracks no header
 # dependencies by itself).
-$(OBJS): src/pklimit.h src/compat.h
+$(OBJS) $(OBJS:.o=.bc): src/pklimit.h src/compat.h
 
 # Lay out the sources as PostgreSQL's pgindent does.
 indent:

@@ -64,8 +64,8 @@ $check$;
 -- or more; a CHECK would have its expression read again by every one of
 -- its statements.
 ALTER TABLE @extschema@.platformkit_limits
-	DROP CONSTRAINT platformkit_limits_window_check,
-	DROP CONSTRAINT platformkit_limits_count_check;
+	DROP CONSTRAINT IF EXISTS platformkit_limits_window_check,
+	DROP CONSTRAINT IF EXISTS platformkit_limits_count_check;
 
 -- A refused call can block its key: blocked_until.
 ALTER TABLE @extschema@.platformkit_limits ADD COLUMN blocked_until pg_catalog.timestamptz;

@@ -307,7 +307,8 @@ REVOKE ALL ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) FROM 
 -- Default privileges (ALTER DEFAULT PRIVILEGES) may have granted something
 -- on the new table, view and functions: nobody but their owner keeps any of
 -- it (PUBLIC's EXECUTE on the recording functions is the default, not a
--- grant, and stays).  Runs last, after the script's own GRANTs and REVOKEs.
+-- grant, and stays, unless default privileges took it away: then a role
+-- must be granted EXECUTE, as for any function created under them).  Runs last, after the script's own GRANTs and REVOKEs.
 DO $do$
 DECLARE
 	grant_ record;

@@ -31,6 +31,7 @@
 # user and system time from /proc) and the 99th percentile latency (from
 # pgbench's per-transaction log).
 source "$(dirname "$0")/../scripts/common.sh"
+shopt -s inherit_errexit
 
 DURATION=${DURATION:-8}
 ROUNDS=${ROUNDS:-3}
@@ -121,21 +122,38 @@ TICK_US=$((1000000 / $(getconf CLK_TCK)))
 p99() { cat "$@" | awk '{ print $3 }' | sort -n |
 	awk '{ a[NR] = $1 } END { i = int(NR * 0.99); if (i < 1) i = 1; printf "%.2f\n", a[i] / 1000 }'; }
 
-# pgb SCRIPT CLIENTS [DB]: one pgbench run; prints "tps latency_ms
-# cpu_us_per_call p99_ms".  SCRIPT ending in _nostats: the script without
-# it, with pklimit.track_stats off.
+# async on|off: pklimit.asynchronous_commit for the whole server, reloaded
+ASYNC=off
+async() {
+	[ "$1" = "$ASYNC" ] && return
+	q -c "ALTER SYSTEM SET pklimit.asynchronous_commit = $1" -c "SELECT pg_reload_conf()" >/dev/null
+	ASYNC=$1
+}
+
+# pgb SCRIPT CLIENTS [DB]: one pgbench run (PGB_JOBS threads, default 2);
+# prints "tps latency_ms cpu_us_per_transaction p99_ms".  SCRIPT ending in
+# _nostats: the script without it, with pklimit.track_stats off; ending in
+# _async: the script without it, with pklimit.asynchronous_commit on.  A
+# pgbench that fails, or makes no call, ends the benchmark.
 pgb() {
-	local opts= db=${3:-$PKLIMIT_DB} before ticks0 out calls logs
+	local opts= db=${3:-$PKLIMIT_DB} script=${1%_nostats} before ticks0 out calls logs
 	[[ $1 == *_nostats ]] && opts="-c pklimit.track_stats=off"
+	script=${script%_async}
+	if [[ $1 == *_async ]]; then async on; else async off; fi
 	logs=$(mktemp -d -p "$B") && chown $RUN_AS "$logs"
 	before=$(children)
 	ticks0=$(server_ticks)
 	out=$(cd "$logs" && as_user env PGOPTIONS="$opts" \
-		pgbench -n -c "$2" -j "$(($2 < 2 ? 1 : 2))" -T "$DURATION" -f "$B/${1%_nostats}.sql" \
-		-l --log-prefix="$logs/log" -h "$PGHOST" -p "$PGPORT" -U postgres "$db" 2>&1)
+		pgbench -n -c "$2" -j "${PGB_JOBS:-$(($2 < 2 ? 1 : 2))}" -T "$DURATION" -f "$B/$script.sql" \
+		-l --log-prefix="$logs/log" -h "$PGHOST" -p "$PGPORT" -U postgres "$db" 2>&1) || {
+		echo "bench: pgbench failed on $1 with $2 clients in $db:" >&2
+		echo "$out" | tail -n 5 >&2
+		exit 1
+	}
 	# the sessions' backends exit after pgbench: their CPU time counts once reaped
 	for _ in $(seq 1 50); do [ "$(children)" -le "$before" ] && break; sleep 0.1; done
 	calls=$(echo "$out" | awk '/number of transactions actually processed/ { split($NF, a, "/"); print a[1] }')
+	[ "${calls:-0}" -gt 0 ] || { echo "bench: no call made on $1 with $2 clients in $db" >&2; exit 1; }
 	echo "$out" | awk -v ticks=$(($(server_ticks) - ticks0)) -v tick_us="$TICK_US" -v calls="${calls:-0}" \
 		-v p99="$(p99 "$logs"/log.*)" \
 		'/^latency average/ { l = $4 } /^tps/ { t = $3 }
@@ -203,7 +221,6 @@ for c in 64 256; do
 	for s in plain_100000 pklimit_100000; do row "${s%_100000}" "$s"; done
 	SCALE[many$c]=$(ratio "${M[pklimit_100000]}" "${M[plain_100000]}")
 	SCALE[cpu$c]=$(ratio "${CPU[pklimit_100000]}" "${CPU[plain_100000]}")
-	[ "$c" = 64 ] && MANY64_TPS=${M[pklimit_100000]}
 done
 
 # eight databases busy at once, 8 clients each, pklimit over 100,000 keys in
@@ -215,10 +232,13 @@ for d in 1 2 3 4 5 6 7 8; do
 done
 declare -A DBS
 for r in $(seq 1 "$ROUNDS"); do
+	DBS[one]+="$(pgb pklimit_100000 64 | cut -d' ' -f1) "
+	pids=()
 	for d in 1 2 3 4 5 6 7 8; do
-		(pgb pklimit_100000 8 "bench_db$d" >"$B/db$d.out") &
+		(PGB_JOBS=1 pgb pklimit_100000 8 "bench_db$d" >"$B/db$d.out") &
+		pids+=($!)
 	done
-	wait
+	for p in "${pids[@]}"; do wait "$p"; done	# set -e: a failed one ends the benchmark
 	tot=0 worst=0
 	for d in 1 2 3 4 5 6 7 8; do
 		read -r t _ _ p <"$B/db$d.out"
@@ -229,18 +249,20 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 DBS_TPS=$(echo "${DBS[tps]}" | tr ' ' '\n' | grep . | median)
 DBS_P99=$(echo "${DBS[p99]}" | tr ' ' '\n' | grep . | median)
-echo "8 databases busy at once, 8 clients each over 100,000 keys: calls/s (all)"
+DBS_ONE=$(echo "${DBS[one]}" | tr ' ' '\n' | grep . | median)
+echo "8 databases busy at once, 8 clients each over 100,000 keys, beside 1 database with 64: calls/s (all)"
 line "8 databases x 8 clients (p99: the worst database's)" "$DBS_TPS ($DBS_P99 ms p99)"
-line "1 database x 64 clients (above)" "$MANY64_TPS"
-MULTI=$(ratio "$DBS_TPS" "$MANY64_TPS")
+line "1 database x 64 clients" "$DBS_ONE"
+MULTI=$(ratio "$DBS_TPS" "$DBS_ONE")
 
-# pklimit.asynchronous_commit: 64 clients on one hot key
-q -c "ALTER SYSTEM SET pklimit.asynchronous_commit = on" -c "SELECT pg_reload_conf()" >/dev/null
-measure async 64 1 pklimit_hot
-q -c "ALTER SYSTEM RESET pklimit.asynchronous_commit" -c "SELECT pg_reload_conf()" >/dev/null
-ASYNC_HOT64=${M[pklimit_hot]}
-echo "64 clients, one hot key, pklimit.asynchronous_commit = on: calls/s"
-row "pklimit (asynchronous commit)" pklimit_hot
+# pklimit.asynchronous_commit: 64 clients on one hot key, on and off
+measure async 64 1 pklimit_hot_async pklimit_hot
+async off
+ASYNC_HOT64=${M[pklimit_hot_async]}
+echo "64 clients, one hot key, pklimit.asynchronous_commit on and off: calls/s"
+row "pklimit, asynchronous commit" pklimit_hot_async
+row "pklimit" pklimit_hot
+ASYNC_GAIN=$(ratio "${M[pklimit_hot_async]}" "${M[pklimit_hot]}")
 
 measure rb "$CLIENTS" 1 pklimit_rb dblink_rb
 echo "$CLIENTS clients, one hot key, inside transactions that roll back: calls/s"
@@ -315,6 +337,7 @@ line "shared memory pklimit takes (bytes)" "$(q -c "SELECT sum(allocated_size) F
 if [ "$REDIS" != 0 ] && command -v redis-server >/dev/null; then
 	as_user redis-server --port 0 --unixsocket "$B/redis.sock" --save '' --appendonly no --daemonize yes \
 		--pidfile "$B/redis.pid" --logfile "$B/redis.log" >/dev/null
+	trap 'kill "$(cat "$B/redis.pid" 2>/dev/null)" 2>/dev/null || true; stop_cluster' EXIT
 	sleep 1
 	LUA="local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('PEXPIRE', KEYS[1], 3600000) end return c"
 	rps=() rps64=()
@@ -324,7 +347,6 @@ if [ "$REDIS" != 0 ] && command -v redis-server >/dev/null; then
 		rps64+=("$(redis-benchmark -s "$B/redis.sock" -c 64 -n 200000 -q EVAL "$LUA" 1 hot 2>/dev/null |
 			grep -o '[0-9.]* requests per second' | cut -d' ' -f1)")
 	done
-	kill "$(cat "$B/redis.pid")" 2>/dev/null || true
 	REDIS_RPS=$(printf '%s\n' "${rps[@]}" | median)
 	REDIS_RPS64=$(printf '%s\n' "${rps64[@]}" | median)
 	echo "one hot key, Redis INCR + PEXPIRE (Lua): calls/s"
@@ -341,6 +363,7 @@ line "100,000 keys, 64 clients: pklimit / plain (>= 1.5)" "${SCALE[many64]}"
 line "100,000 keys, 256 clients: pklimit / plain" "${SCALE[many256]}"
 line "CPU per call, 100,000 keys, 64 clients: pklimit / plain (<= 0.5)" "${SCALE[cpu64]}"
 line "8 databases x 8 clients / 1 database x 64 clients" "$MULTI"
+line "hot key, 64 clients: asynchronous commit / not" "$ASYNC_GAIN"
 line "1 client latency: pklimit / plain (<= 1.25)" "$LAT"
 line "rolled back, hot key: pklimit / dblink (>= 5)" "$RB"
 line "1,000,000 keys / 1,000 keys (>= 0.8)" "$SIZE"

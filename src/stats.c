@@ -15,7 +15,8 @@
  * are their sums, made when read, so allowed + refused + unavailable =
  * calls holds in every reading, and a reset while calls count can only
  * miss whole calls.  An unavailable call answered allowed also adds 1 to
- * failed_open.
+ * failed_open, after its reason; read first, it is never above unavailable
+ * (but across a reset, as any other pair of counters).
  *
  * Locking: an entry's dboid, in_use and stats_reset are protected by
  * pklimit_lock (see pklimit.h).  A process claims its database's entry on
@@ -28,6 +29,7 @@
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -122,6 +124,7 @@ entry(void)
 		e = &entries[STATS_DATABASES].d;
 	if (!e->in_use)
 	{
+		zero_counters(e);
 		e->in_use = true;
 		e->dboid = (e == &entries[STATS_DATABASES].d) ? InvalidOid :
 			MyDatabaseId;
@@ -239,9 +242,9 @@ pklimit_stats_forget_database(Oid dboid)
 /*
  * pklimit_stats_reset(dbid oid DEFAULT NULL): the counters of one database
  * (0: of the databases that share an entry), or of every database if NULL,
- * start again at 0.  Entries of databases that no longer exist (dropped
- * while a standby replayed it, which runs no DROP DATABASE of its own) are
- * freed.
+ * start again at 0 (a database counted in the shared entry is reset with
+ * it: dbid 0).  On a standby, which replays DROP DATABASE without running
+ * it, the entries of databases that no longer exist are freed.
  */
 PG_FUNCTION_INFO_V1(pklimit_stats_reset);
 Datum
@@ -254,9 +257,13 @@ pklimit_stats_reset(PG_FUNCTION_ARGS)
 	int			ngone = 0;
 
 	pklimit_check_preloaded();
-	/* catalog lookups before the lock: nothing may raise an error under it */
+
+	/*
+	 * Catalog lookups before the lock: nothing may raise an error under it.
+	 * Only a standby needs them (a primary frees an entry at DROP DATABASE).
+	 */
 	LWLockAcquire(pklimit_lock, LW_SHARED);
-	for (int i = 0; i < STATS_DATABASES; i++)
+	for (int i = 0; i < STATS_DATABASES && RecoveryInProgress(); i++)
 		if (entries[i].d.in_use)
 			gone[ngone++] = entries[i].d.dboid;
 	LWLockRelease(pklimit_lock);
@@ -386,8 +393,13 @@ pklimit_stats(PG_FUNCTION_ARGS)
 			continue;
 		rows[n].dboid = e->dboid;
 		rows[n].stats_reset = e->stats_reset;
+		/* failed_open is added after its reason: read first, never above it */
+		rows[n].counters[PKLIMIT_STAT_FAILED_OPEN] =
+			pg_atomic_read_u64(&e->counters[PKLIMIT_STAT_FAILED_OPEN]);
+		pg_read_barrier();
 		for (int c = 0; c < PKLIMIT_STAT_COUNT; c++)
-			rows[n].counters[c] = pg_atomic_read_u64(&e->counters[c]);
+			if (c != PKLIMIT_STAT_FAILED_OPEN)
+				rows[n].counters[c] = pg_atomic_read_u64(&e->counters[c]);
 		rows[n].worker_pid = OidIsValid(e->dboid) ?
 			pklimit_registry_worker_pid(e->dboid) : 0;
 		dboids[n] = e->dboid;	/* InvalidOid: the shared entry */

@@ -28,6 +28,7 @@
 #include "executor/spi.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -167,9 +168,21 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 	},
 };
 
-/* The table the kept plans were prepared for: schema by OID and name. */
+/*
+ * The table the kept plans were prepared for: schema by OID and name, and
+ * whether that name is known to be current (no schema has changed since it
+ * was read: a catalog invalidation clears it), so that it is not read again
+ * for every statement.
+ */
 static Oid	plans_nspid = InvalidOid;
 static char plans_nspname[NAMEDATALEN];
+static bool plans_nspname_current = false;
+
+static void
+namespace_changed(Datum arg, int cacheid, uint32 hashvalue)
+{
+	plans_nspname_current = false;
+}
 
 /*
  * pklimit's table in schema nspid, for one transaction: its owner, whom
@@ -250,37 +263,49 @@ pklimit_store_table_free(Oid nspid)
  * The kept plan of one statement, prepared on first use for the table.  The
  * statements name the schema, so they are prepared again whenever the
  * schema's name changes: a renamed extension schema must never leave them
- * pointing at a table someone else created under the old name.
+ * pointing at a table someone else created under the old name.  The name is
+ * read again only after a schema changed.
  */
 static SPIPlanPtr
 get_plan(const PklimitTable *table, StatementId id)
 {
-	char	   *nspname = get_namespace_name(table->nspid);
+	static bool callback_registered = false;
 	Statement  *stmt = &statements[table->version - 1][id];
 
-	if (nspname == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("pklimit table \"platformkit_limits\" does not exist")));
 	if (stmt->sql == NULL)
 		elog(ERROR, "pklimit: statement %d has no version for table version %d",
 			 id, table->version);
-	if (plans_nspid != table->nspid || strcmp(plans_nspname, nspname) != 0)
+	if (!callback_registered)
 	{
-		for (int v = 0; v < NUM_VERSIONS; v++)
-			for (int i = 0; i < NUM_STATEMENTS; i++)
-			{
-				if (statements[v][i].plan)
-					SPI_freeplan(statements[v][i].plan);
-				statements[v][i].plan = NULL;
-			}
-		plans_nspid = table->nspid;
-		strlcpy(plans_nspname, nspname, NAMEDATALEN);
+		CacheRegisterSyscacheCallback(NAMESPACEOID, namespace_changed, (Datum) 0);
+		callback_registered = true;
+	}
+	if (plans_nspid != table->nspid || !plans_nspname_current)
+	{
+		char	   *nspname = get_namespace_name(table->nspid);
+
+		if (nspname == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_TABLE),
+					 errmsg("pklimit table \"platformkit_limits\" does not exist")));
+		if (plans_nspid != table->nspid || strcmp(plans_nspname, nspname) != 0)
+		{
+			for (int v = 0; v < NUM_VERSIONS; v++)
+				for (int i = 0; i < NUM_STATEMENTS; i++)
+				{
+					if (statements[v][i].plan)
+						SPI_freeplan(statements[v][i].plan);
+					statements[v][i].plan = NULL;
+				}
+			plans_nspid = table->nspid;
+			strlcpy(plans_nspname, nspname, NAMEDATALEN);
+		}
+		plans_nspname_current = true;
 	}
 
 	if (stmt->plan == NULL)
 	{
-		const char *quoted = quote_identifier(nspname);
+		const char *quoted = quote_identifier(plans_nspname);
 		char	   *sql = psprintf(stmt->sql, quoted, quoted);
 		SPIPlanPtr	plan = SPI_prepare(sql, stmt->nargs, stmt->argtypes);
 

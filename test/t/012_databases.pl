@@ -73,5 +73,17 @@ is($node->psql('postgres', 'ALTER DATABASE other RENAME TO other2'), 0, 'so does
 is($node->psql('postgres', 'DROP DATABASE other2'), 0, 'and DROP DATABASE');
 is($node->safe_psql('copy', "SELECT pklimit_count('shared-name')"), '6', 'the copy keeps its counts (5, and the one recorded above)');
 
+# --- the extension's schema renamed: the worker writes the same table under
+# its new name, never a table created under the old one
+$node->safe_psql('postgres', 'CREATE DATABASE moved');
+$node->safe_psql('moved', 'SET client_min_messages = error; CREATE SCHEMA lim; CREATE EXTENSION pklimit SCHEMA lim');
+$node->safe_psql('moved', "SELECT lim.pklimit_allow('k', 10, '1 hour') FROM generate_series(1, 2)");
+$node->safe_psql('moved', 'ALTER SCHEMA lim RENAME TO lim2');
+$node->safe_psql('moved', 'CREATE SCHEMA lim; CREATE TABLE lim.platformkit_limits (LIKE lim2.platformkit_limits)');
+is($node->safe_psql('moved', "SELECT allowed || ':' || count || ':' || status FROM lim2.pklimit_check('k', 10, '1 hour')"),
+	'true:3:ok', 'after ALTER SCHEMA ... RENAME the calls count on in the same table');
+is($node->safe_psql('moved', 'SELECT count(*) FROM lim.platformkit_limits'), '0',
+	'and nothing goes to a table made under the old name');
+
 $node->stop;
 done_testing();
