@@ -161,6 +161,7 @@ pgb() {
 	rm -rf "$logs"
 }
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+med() { echo "$1" | tr ' ' '\n' | grep . | median; }	# of space-separated values
 
 # measure LABEL CLIENTS FIELD SCRIPT...: alternate the scripts ROUNDS times;
 # FIELD 1 is tps, 2 latency.  Sets M[script] to the median of that field,
@@ -181,9 +182,9 @@ measure() {
 		done
 	done
 	for s in "$@"; do
-		M[$s]=$(echo "${vals[$s]}" | tr ' ' '\n' | grep . | median)
-		CPU[$s]=$(echo "${cpus[$s]}" | tr ' ' '\n' | grep . | median)
-		P99[$s]=$(echo "${p99s[$s]}" | tr ' ' '\n' | grep . | median)
+		M[$s]=$(med "${vals[$s]}")
+		CPU[$s]=$(med "${cpus[$s]}")
+		P99[$s]=$(med "${p99s[$s]}")
 	done
 }
 ratio() { echo "scale=2; $1 / $2" | bc -l; }
@@ -247,9 +248,9 @@ for r in $(seq 1 "$ROUNDS"); do
 	done
 	DBS[tps]+="$tot " DBS[p99]+="$worst "
 done
-DBS_TPS=$(echo "${DBS[tps]}" | tr ' ' '\n' | grep . | median)
-DBS_P99=$(echo "${DBS[p99]}" | tr ' ' '\n' | grep . | median)
-DBS_ONE=$(echo "${DBS[one]}" | tr ' ' '\n' | grep . | median)
+DBS_TPS=$(med "${DBS[tps]}")
+DBS_P99=$(med "${DBS[p99]}")
+DBS_ONE=$(med "${DBS[one]}")
 echo "8 databases busy at once, 8 clients each over 100,000 keys, beside 1 database with 64: calls/s (all)"
 line "8 databases x 8 clients (p99: the worst database's)" "$DBS_TPS ($DBS_P99 ms p99)"
 line "1 database x 64 clients" "$DBS_ONE"
@@ -303,8 +304,8 @@ for r in $(seq 1 "$ROUNDS"); do
 	fill 1000; T[1k]+="$(pgb pklimit_1k "$CLIENTS" | cut -d' ' -f1) "
 	fill 1000000; T[1m]+="$(pgb pklimit_1m "$CLIENTS" | cut -d' ' -f1) "
 done
-K1=$(echo "${T[1k]}" | tr ' ' '\n' | grep . | median)
-K1M=$(echo "${T[1m]}" | tr ' ' '\n' | grep . | median)
+K1=$(med "${T[1k]}")
+K1M=$(med "${T[1m]}")
 echo "$CLIENTS clients, random keys of a table of 1,000 and of 1,000,000 rows: calls/s"
 line "1,000 keys" "$K1"; line "1,000,000 keys" "$K1M"
 SIZE=$(ratio "$K1M" "$K1")

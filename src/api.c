@@ -173,30 +173,30 @@ pklimit_check_preloaded(void)
  * Hand n requests (one, or the requests of one group) to this database's
  * worker and wait for their answers, within pklimit.timeout.  The requests'
  * kind and arguments are set; their database, schema, group and deadline
- * are set here.
+ * are set here.  Returns when the wait started (the budget's start).
  */
-void
+TimestampTz
 pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
 			PklimitAnswer *answers, int n)
 {
 	Oid			nspid;
-	TimestampTz deadline;
+	TimestampTz started;
 
 	pklimit_check_preloaded();
+	started = GetCurrentTimestamp();
 	memset(answers, 0, sizeof(PklimitAnswer) * n);
 	if (RecoveryInProgress())
 	{
 		for (int i = 0; i < n; i++)
 			answers[i].status = PKLIMIT_READ_ONLY;
-		return;
+		return started;
 	}
 	nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
-	deadline = GetCurrentTimestamp() + (TimestampTz) pklimit_timeout * 1000;
 	for (int i = 0; i < n; i++)
 	{
 		requests[i].dboid = MyDatabaseId;
 		requests[i].nspid = nspid;
-		requests[i].deadline = deadline;
+		requests[i].deadline = started + (TimestampTz) pklimit_timeout * 1000;
 		requests[i].group_size = n;
 		requests[i].track_stats = pklimit_track_stats;
 	}
@@ -205,6 +205,7 @@ pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
 		ereport(WARNING,
 				(errmsg("pklimit's commit of this call was not confirmed by the synchronous standby"),
 				 errdetail("The pklimit worker stopped waiting for the standby: the call is committed locally, but might not have been replicated.")));
+	return started;
 }
 
 /* One operation on one stored key. */
@@ -217,7 +218,7 @@ run_on_key(FunctionCallInfo fcinfo, PklimitOpKind kind,
 	memset(&request, 0, sizeof(request));
 	request.kind = kind;
 	strlcpy(request.key, stored_key, sizeof(request.key));
-	pklimit_run(fcinfo, &request, answer, 1);
+	(void) pklimit_run(fcinfo, &request, answer, 1);
 }
 
 const char *
@@ -285,6 +286,16 @@ unavailable_reason(const PklimitAnswer *answer, PklimitCaller caller,
 }
 
 /*
+ * What a recording call answers when the store cannot be reached, unless
+ * pklimit.on_unavailable makes it an error: allowed (it fails open) or not.
+ */
+bool
+pklimit_unavailable_allows(void)
+{
+	return pklimit_on_unavailable == PKLIMIT_ON_UNAVAILABLE_ALLOW;
+}
+
+/*
  * The store could not be reached: raise an error or warn, as
  * pklimit.on_unavailable says (a purge always raises).  Returns the answer
  * to give instead: true (allow) or false (deny).
@@ -322,7 +333,7 @@ pklimit_unavailable(const PklimitAnswer *answer, PklimitCaller caller)
 					pklimit_status_name(answer->status)),
 			 errdetail_internal("%s", detail),
 			 errhint("%s", outcome)));
-	return pklimit_on_unavailable == PKLIMIT_ON_UNAVAILABLE_ALLOW;
+	return pklimit_unavailable_allows();
 }
 
 /*

@@ -101,7 +101,7 @@ run_calls(FunctionCallInfo fcinfo, char **stored_keys,
 {
 	PklimitRequest requests[PKLIMIT_GROUP_MAX];
 	bool		allowed = true;
-	TimestampTz started = pklimit_track_stats ? GetCurrentTimestamp() : 0;
+	TimestampTz started;
 
 	Assert(n <= PKLIMIT_GROUP_MAX);
 	*shadow = false;
@@ -112,12 +112,11 @@ run_calls(FunctionCallInfo fcinfo, char **stored_keys,
 		requests[i].call = calls[i];
 		strlcpy(requests[i].key, stored_keys[i], sizeof(requests[i].key));
 	}
-	pklimit_run(fcinfo, requests, answers, n);
+	started = pklimit_run(fcinfo, requests, answers, n);
 	for (int i = 0; i < n; i++)
 		if (answers[i].status != PKLIMIT_OK)
 		{
-			pklimit_stats_call(answers[i].status,
-							   pklimit_on_unavailable == PKLIMIT_ON_UNAVAILABLE_ALLOW,
+			pklimit_stats_call(answers[i].status, pklimit_unavailable_allows(),
 							   false, started);
 			return pklimit_unavailable(&answers[i], PKLIMIT_CALL_DECIDES);
 		}

@@ -298,8 +298,9 @@ extern uint32 pklimit_wait_event(PklimitWait wait);
 
 /* api.c: the SQL functions' common steps */
 extern void pklimit_check_preloaded(void);
-extern void pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
-						PklimitAnswer *answers, int n);
+extern TimestampTz pklimit_run(FunctionCallInfo fcinfo,
+							   PklimitRequest *requests,
+							   PklimitAnswer *answers, int n);
 extern void pklimit_arg_not_null(FunctionCallInfo fcinfo, int argno,
 								 const char *what);
 extern char *pklimit_key_value(text *key, const char *what);
@@ -307,6 +308,7 @@ extern int64 pklimit_max_count_value(int64 max_count, const char *what);
 extern int64 pklimit_window_value(const Interval *window, const char *what);
 extern bool pklimit_unavailable(const PklimitAnswer *answer,
 								PklimitCaller caller);
+extern bool pklimit_unavailable_allows(void);
 extern const char *pklimit_status_name(PklimitStatus status);
 extern PklimitWindowCheck pklimit_window_usec(const Interval *window,
 											  int64 *usec);

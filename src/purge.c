@@ -408,7 +408,7 @@ pklimit_purge(PG_FUNCTION_ARGS)
 	request.kind = PKLIMIT_OP_PURGE;
 	request.cutoff = cutoff_of(PG_GETARG_INTERVAL_P(0), now);
 
-	pklimit_run(fcinfo, &request, &answer, 1);
+	(void) pklimit_run(fcinfo, &request, &answer, 1);
 	if (answer.status != PKLIMIT_OK)
 		(void) pklimit_unavailable(&answer, PKLIMIT_CALL_PURGES);
 	if (!answer.result.found)
