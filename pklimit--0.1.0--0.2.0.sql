@@ -63,12 +63,19 @@ $check$;
 -- table, and its C code keeps every window positive and every count at 0
 -- or more; a CHECK would have its expression read again by every one of
 -- its statements.
-ALTER TABLE @extschema@.platformkit_limits
-	DROP CONSTRAINT IF EXISTS platformkit_limits_window_check,
-	DROP CONSTRAINT IF EXISTS platformkit_limits_count_check;
-
 -- A refused call can block its key: blocked_until.
-ALTER TABLE @extschema@.platformkit_limits ADD COLUMN blocked_until pg_catalog.timestamptz;
+-- Both run as commands of their own (EXECUTE): on Citus, which passes an
+-- ALTER TABLE of a distributed or reference table on to its shards and other
+-- nodes as the text of its command, that text must not be this script's.
+DO $table$
+BEGIN
+	EXECUTE 'ALTER TABLE @extschema@.platformkit_limits
+		DROP CONSTRAINT IF EXISTS platformkit_limits_window_check,
+		DROP CONSTRAINT IF EXISTS platformkit_limits_count_check';
+	EXECUTE 'ALTER TABLE @extschema@.platformkit_limits
+		ADD COLUMN IF NOT EXISTS blocked_until pg_catalog.timestamptz';
+END
+$table$;
 COMMENT ON COLUMN @extschema@.platformkit_limits.count IS
 'Events recorded in the window (each call adds its cost), refused ones included unless record_refused is false; saturates at the largest bigint.';
 COMMENT ON COLUMN @extschema@.platformkit_limits.blocked_until IS

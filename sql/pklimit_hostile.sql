@@ -187,6 +187,19 @@ SELECT pklimit_allow('guarded', 5, '36500 days');
 RESET pklimit.on_unavailable;
 DROP TRIGGER hijack ON platformkit_limits;
 SELECT allowed, count, status FROM pklimit_check('guarded', 5, '36500 days');
+-- a statement trigger on DELETE would run in a forget or a purge: refused;
+-- one on TRUNCATE alone (Citus adds one) never runs in pklimit's statements
+CREATE FUNCTION pg_temp.stmt_hijack() RETURNS trigger LANGUAGE plpgsql
+  AS $$ BEGIN RAISE NOTICE 'trigger ran'; RETURN NULL; END $$;
+CREATE TRIGGER hijack_delete AFTER DELETE ON platformkit_limits
+  FOR EACH STATEMENT EXECUTE FUNCTION pg_temp.stmt_hijack();
+SELECT allowed, count, status FROM pklimit_check('guarded', 5, '36500 days');
+DROP TRIGGER hijack_delete ON platformkit_limits;
+CREATE TRIGGER on_truncate BEFORE TRUNCATE ON platformkit_limits
+  FOR EACH STATEMENT EXECUTE FUNCTION pg_temp.stmt_hijack();
+SELECT allowed, count, status FROM pklimit_check('guarded', 5, '36500 days');
+SELECT pklimit_forget('guarded');
+DROP TRIGGER on_truncate ON platformkit_limits;
 
 REVOKE CREATE ON SCHEMA public FROM regress_pklimit_shadow;
 DROP ROLE regress_pklimit_shadow;

@@ -7,12 +7,14 @@
  *		statements themselves are store.c's, and which entries to try when is
  *		worker.c's.
  *
- * Entries are applied in arrival order in one transaction, unit by unit
- * (unit.c): consecutive hits on one key fold into one row update, the
- * requests of one call on several keys are applied together (the rules of
- * each kind are in pklimit.h), and each caller gets exactly the answer
- * serial execution would give.  Every statement touches one key, so the
- * table stays distributable by key.
+ * Entries are applied in one transaction, unit by unit (unit.c):
+ * consecutive hits on one key fold into one row update, the requests of one
+ * call on several keys are applied together (the rules of each kind are in
+ * pklimit.h), and each caller gets exactly the answer serial execution in
+ * arrival order would give.  Units go in the global order of their keys
+ * (units on one key in arrival order).  Every statement touches one key, so
+ * the table stays distributable by key; each transaction is a transaction
+ * block, so on Citus it is one distributed transaction.
  *
  * A row lock is waited for only as long as the lock wait the worker set:
  * PKLIMIT_BATCH_LOCK_MS for new entries, PKLIMIT_RETRY_LOCK_MS for a retry
@@ -49,6 +51,8 @@
 typedef struct Unit
 {
 	PklimitEntry *head;			/* its first entry */
+	const PklimitRequest *least;	/* its first key in the global order */
+	int			index;			/* its place in arrival order */
 	bool		open;			/* a later entry may still fold into it */
 } Unit;
 
@@ -58,10 +62,38 @@ typedef enum Outcome
 	APPLY_COMMITTED,
 	APPLY_LOCKED,				/* a row lock was not granted in time */
 	APPLY_TABLE_LOCKED,			/* another transaction locks the whole table */
+	APPLY_CONFLICT,				/* another writer came between: another node's
+								 * worker created a row, or a deadlock
+								 * cancelled the transaction; to be tried
+								 * again */
 	APPLY_FAILED,				/* any other error */
 	APPLY_UNFOLD				/* rolled back: folded hits reached the
 								 * maximum */
 } Outcome;
+
+/* Is Citus loaded (worker.c)?  Its tables' rows live on other nodes. */
+bool		pklimit_on_citus = false;
+
+/* The worker's lock wait, in ms: lock_timeout in its session. */
+static int	session_lock_wait_ms = -1;
+
+/*
+ * For a Citus table (store.c), in a transaction: its rows are written by
+ * other nodes' backends, where the worker's lock_timeout is not in force;
+ * Citus sends a transaction's SET LOCAL commands on to every node it writes
+ * (worker.c sets citus.propagate_set_commands to local).
+ */
+void
+pklimit_set_node_lock_wait(void)
+{
+	char		sql[64];
+
+	snprintf(sql, sizeof(sql), "SET LOCAL lock_timeout = %d",
+			 session_lock_wait_ms > 0 ? session_lock_wait_ms :
+			 PKLIMIT_BATCH_LOCK_MS);
+	if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "pklimit: could not set the lock wait of the nodes");
+}
 
 /*
  * Start one of the worker's transactions, with SPI and a snapshot.  Its
@@ -71,6 +103,15 @@ void
 pklimit_begin_transaction(const char *activity)
 {
 	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+
+	/*
+	 * A transaction block, as after BEGIN: Citus then makes the transaction
+	 * one distributed transaction, whose writes on every node commit together
+	 * or not at all.
+	 */
+	BeginTransactionBlock();
+	CommitTransactionCommand();
 	StartTransactionCommand();
 	pgstat_report_activity(STATE_RUNNING, activity);
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -110,6 +151,8 @@ pklimit_commit_transaction(void)
 
 	SPI_finish();
 	PopActiveSnapshot();
+	if (!EndTransactionBlock(false))
+		elog(ERROR, "pklimit: the worker's transaction block was aborted");
 	CommitTransactionCommand();
 	return XactLastCommitEnd == before || commit_replicated(XactLastCommitEnd);
 }
@@ -120,12 +163,13 @@ rollback_transaction(void)
 {
 	SPI_finish();
 	PopActiveSnapshot();
-	AbortCurrentTransaction();
+	AbortOutOfAnyTransaction();
 }
 
 /*
- * In PG_CATCH: keep the error, in memory_context, and roll back.  The abort
- * also restores the user id, SPI and the snapshot stack.
+ * In PG_CATCH: keep the error, in memory_context, and roll back, out of the
+ * transaction block too.  The abort also restores the user id, SPI and the
+ * snapshot stack.
  */
 ErrorData *
 pklimit_abort_transaction(MemoryContext memory_context)
@@ -135,7 +179,7 @@ pklimit_abort_transaction(MemoryContext memory_context)
 	MemoryContextSwitchTo(memory_context);
 	edata = CopyErrorData();
 	FlushErrorState();
-	AbortCurrentTransaction();
+	AbortOutOfAnyTransaction();
 	return edata;
 }
 
@@ -188,6 +232,18 @@ pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b)
 }
 
 /*
+ * The global order of keys, the same in every worker of every node: by
+ * schema, then by stored key, byte by byte.
+ */
+int
+pklimit_key_order(const PklimitRequest *a, const PklimitRequest *b)
+{
+	if (a->nspid != b->nspid)
+		return a->nspid < b->nspid ? -1 : 1;
+	return strcmp(a->key, b->key);
+}
+
+/*
  * Is there budget left before deadline for another try at a locked row, with
  * time to spare for the answer to reach the caller?  The next try comes
  * within PKLIMIT_RETRY_MS, give or take a round of the worker (a new batch
@@ -204,14 +260,13 @@ pklimit_worth_retrying(TimestampTz deadline, TimestampTz now)
 void
 pklimit_set_lock_wait(int ms)
 {
-	static int	current = -1;
 	char		value[16];
 
-	if (ms == current)
+	if (ms == session_lock_wait_ms)
 		return;
 	snprintf(value, sizeof(value), "%d", ms);
 	SetConfigOption("lock_timeout", value, PGC_SUSET, PGC_S_OVERRIDE);
-	current = ms;
+	session_lock_wait_ms = ms;
 }
 
 /*
@@ -251,11 +306,79 @@ fold(PklimitEntry **entries, int n, Unit *units)
 		{
 			u = nunits++;
 			units[u].head = e;
+			units[u].least = &e->request;
+			units[u].index = u;
 			units[u].open = folds;
 		}
+		else if (pklimit_key_order(&e->request, units[u].least) < 0)
+			units[u].least = &e->request;
 		e->unit = u;
 	}
 	return nunits;
+}
+
+/* Two units by their first key in the global order, then by arrival. */
+static int
+compare_units(const void *a, const void *b)
+{
+	const Unit *ua = (const Unit *) a;
+	const Unit *ub = (const Unit *) b;
+	int			c = pklimit_key_order(ua->least, ub->least);
+
+	return c != 0 ? c : ua->index - ub->index;
+}
+
+/* Two entries by key in the global order, then by unit. */
+static int
+compare_entries(const void *a, const void *b)
+{
+	const PklimitEntry *ea = *(PklimitEntry *const *) a;
+	const PklimitEntry *eb = *(PklimitEntry *const *) b;
+	int			c = pklimit_key_order(&ea->request, &eb->request);
+
+	return c != 0 ? c : ea->unit - eb->unit;
+}
+
+/*
+ * The order in which the n entries' units are applied: by key, in one
+ * order every worker on every node follows, so that two transactions that
+ * lock the same rows take them in the same order and never wait on each
+ * other in a circle.  A group takes its own keys in that order (unit.c) but
+ * is placed at its first key, so a key of another unit can come between its
+ * keys; and units on one key must keep their arrival order, which sorting by
+ * key keeps unless a group and a unit on one of its other keys would swap
+ * (such a transaction keeps arrival order).  A circle those close with
+ * another node's transaction ends at the lock wait, or by Citus's deadlock
+ * detection, and is tried again.  Fills order[] with unit numbers.
+ */
+static void
+order_units(PklimitEntry **entries, int n, Unit *units, int nunits,
+			int *order)
+{
+	Unit		sorted[PKLIMIT_BATCH_MAX];
+	int			place[PKLIMIT_BATCH_MAX];
+	PklimitEntry *by_key[PKLIMIT_BATCH_MAX];
+	bool		keeps = true;
+	bool		groups = false;
+
+	memcpy(sorted, units, nunits * sizeof(Unit));
+	qsort(sorted, nunits, sizeof(Unit), compare_units);
+	for (int i = 0; i < nunits; i++)
+		place[sorted[i].index] = i;
+	for (int j = 0; j < n; j++)
+		groups |= (entries[j]->request.group_size > 1);
+	if (groups)
+	{
+		/* each key's units, in arrival order, must come in that order */
+		memcpy(by_key, entries, n * sizeof(PklimitEntry *));
+		qsort(by_key, n, sizeof(PklimitEntry *), compare_entries);
+		for (int j = 1; j < n && keeps; j++)
+			if (by_key[j]->unit != by_key[j - 1]->unit &&
+				pklimit_same_key(&by_key[j]->request, &by_key[j - 1]->request))
+				keeps = place[by_key[j - 1]->unit] < place[by_key[j]->unit];
+	}
+	for (int i = 0; i < nunits; i++)
+		order[i] = keeps ? sorted[i].index : i;
 }
 
 /*
@@ -336,7 +459,10 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 {
 	volatile Outcome outcome = APPLY_COMMITTED;
 	Unit		units[PKLIMIT_BATCH_MAX];
+	int			order[PKLIMIT_BATCH_MAX];
 	int			nunits = fold(entries, n, units);
+
+	order_units(entries, n, units, nunits, order);
 
 	PG_TRY();
 	{
@@ -349,8 +475,10 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 			outcome = APPLY_TABLE_LOCKED;
 		GetUserIdAndSecContext(&save_userid, &save_sec_context);
 		pklimit_unit_current = &entries[0]->request;
-		for (int u = 0; u < nunits && outcome == APPLY_COMMITTED; u++)
+		for (int i = 0; i < nunits && outcome == APPLY_COMMITTED; i++)
 		{
+			int			u = order[i];
+
 			if (units[u].head->request.nspid != table.nspid)
 			{
 				SetUserIdAndSecContext(save_userid, save_sec_context);
@@ -381,6 +509,13 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 		{
 			outcome = APPLY_LOCKED;
 			mark_locked(entries, n, pklimit_unit_current);
+		}
+		else if (edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+				 edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+				 edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		{
+			/* Citus cancels one transaction of a circle across its nodes */
+			outcome = APPLY_CONFLICT;
 		}
 		else
 		{

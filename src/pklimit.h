@@ -355,13 +355,16 @@ extern void pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 						  MemoryContext memory_context);
 extern void pklimit_entry_answer(PklimitEntry *entry, PklimitStatus status);
 extern bool pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b);
+extern int	pklimit_key_order(const PklimitRequest *a, const PklimitRequest *b);
 extern bool pklimit_worth_retrying(TimestampTz deadline, TimestampTz now);
 extern void pklimit_set_lock_wait(int ms);
+extern void pklimit_set_node_lock_wait(void);
 extern void pklimit_begin_transaction(const char *activity);
 extern bool pklimit_commit_transaction(void);
 extern ErrorData *pklimit_abort_transaction(MemoryContext memory_context);
 extern void pklimit_report_idle(void);
 extern void pklimit_answer_error(PklimitAnswer *answer, const ErrorData *edata);
+extern bool pklimit_on_citus;
 
 /* store.c: the statements on platformkit_limits, in the current transaction */
 typedef struct PklimitTable
@@ -370,6 +373,7 @@ typedef struct PklimitTable
 	Oid			relid;
 	Oid			owner;			/* pklimit's statements run as this role */
 	int			version;		/* 1: the table of 0.1.0; 2: of 0.2.0 */
+	bool		citus;			/* distributed or replicated by Citus */
 } PklimitTable;
 
 extern void pklimit_store_open(Oid nspid, PklimitTable *table);
@@ -380,7 +384,8 @@ extern void pklimit_store_hit(const PklimitTable *table, const char *stored_key,
 extern bool pklimit_store_read(const PklimitTable *table, const char *stored_key,
 							   bool lock, PklimitRow *row);
 extern void pklimit_store_write(const PklimitTable *table,
-								const char *stored_key, const PklimitRow *row);
+								const char *stored_key, const PklimitRow *row,
+								bool existed);
 extern bool pklimit_store_forget(const PklimitTable *table,
 								 const char *stored_key);
 extern int64 pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff,

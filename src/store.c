@@ -23,9 +23,12 @@
 #include "access/table.h"
 #include "catalog/dependency.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
@@ -57,8 +60,10 @@ typedef enum StatementId
 	STMT_READ,
 	STMT_PEEK,
 	STMT_WRITE,
+	STMT_CREATE,
 	STMT_FORGET,
 	STMT_PURGE,
+	STMT_PURGE_BY_KEY,
 	NUM_STATEMENTS
 } StatementId;
 
@@ -71,9 +76,10 @@ typedef enum StatementId
 
 /*
  * The hit: one INSERT ... ON CONFLICT DO UPDATE of $4 events at the event's
- * time $5, read from the server clock just before the statement runs:
- * pklimit's worker is the table's only writer, so no other writer of the
- * row can come between.  A key has one window at a time: while its window is
+ * time $5, read from the server clock just before the statement runs (on
+ * one server pklimit's worker is the table's only writer; on Citus each
+ * node's worker writes with its own clock, and the upsert is as atomic
+ * there).  A key has one window at a time: while its window is
  * open, events count in it whatever the window length of the call, and a
  * new window ($2, $3: the call's) starts only once it has closed.  A blocked
  * key (0.2.0) records nothing: its row is written unchanged, so that one
@@ -113,13 +119,20 @@ typedef enum StatementId
 	"SELECT " ROW_COLUMNS(blocked_until) " FROM %s.platformkit_limits l" \
 	" WHERE l.key OPERATOR(pg_catalog.=) $1" lock
 
-/* The row of a key as a call decided it, written whole. */
-#define WRITE_SQL \
+/*
+ * The row of a key as a call decided it, written whole: over the row it read
+ * and locked, or as a new row where it read none.  A new row inserts nothing
+ * if another writer created the key since (another node's worker, on
+ * Citus).
+ */
+#define INSERT_ROW_SQL \
 	"INSERT INTO %s.platformkit_limits AS l" \
 	" (key, window_start, window_end, count, updated_at, blocked_until)" \
-	" VALUES ($1, $2, $3, $4, $5, $6)" \
+	" VALUES ($1, $2, $3, $4, $5, $6)"
+#define WRITE_SQL INSERT_ROW_SQL \
 	" ON CONFLICT (key) DO UPDATE SET window_start = $2, window_end = $3," \
 	" count = $4, updated_at = $5, blocked_until = $6"
+#define CREATE_SQL INSERT_ROW_SQL " ON CONFLICT (key) DO NOTHING"
 
 /*
  * One batch of the purge, from the window end where the previous batch
@@ -144,6 +157,25 @@ typedef enum StatementId
 	" AND (e.blocked_until IS NULL" \
 	"      OR e.blocked_until OPERATOR(pg_catalog.<) $1)"
 
+/*
+ * The purge of a Citus table: a ctid names a row only within one shard (one
+ * replica), so the rows are deleted by key, and only while still expired.
+ */
+#define PURGE_BY_KEY_SQL(blocked_e, blocked_l) \
+	"WITH d AS (DELETE FROM %s.platformkit_limits l" \
+	" WHERE l.key OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+	"  SELECT e.key FROM %s.platformkit_limits e" \
+	"  WHERE e.window_end OPERATOR(pg_catalog.<) $1" \
+	"  AND e.window_end OPERATOR(pg_catalog.>=) $3" blocked_e \
+	"  ORDER BY e.window_end LIMIT $2))" \
+	" AND l.window_end OPERATOR(pg_catalog.<) $1" blocked_l \
+	" RETURNING l.window_end)" \
+	" SELECT pg_catalog.count(*), pg_catalog.max(d.window_end) FROM d"
+#define PURGE_BLOCKED_L \
+	" AND (l.blocked_until IS NULL" \
+	"      OR l.blocked_until OPERATOR(pg_catalog.<) $1)"
+#define PURGE_ARGS {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}
+
 #define ROW_ARGS {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 
 static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
@@ -155,16 +187,20 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 		[STMT_WRITE] = {NULL},
 		[STMT_FORGET] = {"DELETE FROM %s.platformkit_limits l WHERE l.key OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}, false},
-		[STMT_PURGE] = {PURGE_SQL(""), 3, {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}, false},
+		[STMT_PURGE] = {PURGE_SQL(""), 3, PURGE_ARGS, false},
+		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL("", ""), 3, PURGE_ARGS, false},
 	},
 	{
 		[STMT_HIT] = {HIT_SQL(BLOCKED, "l.blocked_until"), 5, ROW_ARGS, false},
 		[STMT_READ] = {READ_SQL("l.blocked_until", " FOR UPDATE OF l"), 1, {TEXTOID}, false},
 		[STMT_PEEK] = {READ_SQL("l.blocked_until", ""), 1, {TEXTOID}, true},
 		[STMT_WRITE] = {WRITE_SQL, 6, ROW_ARGS, false},
+		[STMT_CREATE] = {CREATE_SQL, 6, ROW_ARGS, false},
 		[STMT_FORGET] = {"DELETE FROM %s.platformkit_limits l WHERE l.key OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}, false},
-		[STMT_PURGE] = {PURGE_SQL(PURGE_BLOCKED), 3, {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}, false},
+		[STMT_PURGE] = {PURGE_SQL(PURGE_BLOCKED), 3, PURGE_ARGS, false},
+		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL(PURGE_BLOCKED, PURGE_BLOCKED_L), 3,
+		PURGE_ARGS, false},
 	},
 };
 
@@ -185,10 +221,54 @@ namespace_changed(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 /*
+ * Is relid a table of Citus's (distributed, reference or local in its
+ * metadata)?  Known until the relation changes (Citus invalidates it when it
+ * takes a table in or lets it go).
+ */
+static Oid	citus_checked_relid = InvalidOid;
+static bool citus_checked_answer = false;
+
+static void
+relation_changed(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == citus_checked_relid)
+		citus_checked_relid = InvalidOid;
+}
+
+static bool
+is_citus_table(Oid relid)
+{
+	static bool callback_registered = false;
+	Oid			argtype = OIDOID;
+	Datum		arg = ObjectIdGetDatum(relid);
+
+	if (!pklimit_on_citus)
+		return false;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(relation_changed, (Datum) 0);
+		callback_registered = true;
+	}
+	if (relid == citus_checked_relid)
+		return citus_checked_answer;
+	citus_checked_answer =
+		OidIsValid(get_relname_relid("pg_dist_partition",
+									 PG_CATALOG_NAMESPACE)) &&
+		SPI_execute_with_args("SELECT FROM pg_catalog.pg_dist_partition "
+							  "WHERE logicalrelid OPERATOR(pg_catalog.=) $1",
+							  1, &argtype, &arg, NULL, true, 1) ==
+		SPI_OK_SELECT && SPI_processed > 0;
+	citus_checked_relid = relid;
+	return citus_checked_answer;
+}
+
+/*
  * pklimit's table in schema nspid, for one transaction: its owner, whom
  * pklimit's statements run as (so its privileges and row level security
- * apply to them as to any other statement), and its version.  Raises an
- * error unless the table is the extension's own and has no trigger or rule.
+ * apply to them as to any other statement), its version and whether Citus
+ * has it.  Raises an error unless the table is the extension's own and has
+ * no trigger or rule, and, on Citus, an owner that bypasses row level
+ * security; there it sets the lock wait of the nodes for the transaction.
  */
 void
 pklimit_store_open(Oid nspid, PklimitTable *table)
@@ -223,14 +303,20 @@ pklimit_store_open(Oid nspid, PklimitTable *table)
 	/*
 	 * A trigger or rule on the table (a foreign key referencing it makes
 	 * triggers too) would run inside pklimit's statements, as the owner and
-	 * with the row level security predicate true.  relhastriggers can stay
-	 * set after the last trigger is dropped, so the relation has the word.
+	 * with the row level security predicate true.  A trigger on TRUNCATE only
+	 * (Citus puts one on its tables) never fires in them: pklimit does not
+	 * truncate.  relhastriggers can stay set after the last trigger is
+	 * dropped, so the relation has the word.
 	 */
 	if (has_triggers || has_rules)
 	{
 		Relation	rel = table_open(relid, AccessShareLock);
 
-		has_triggers = (rel->trigdesc != NULL);
+		has_triggers = false;
+		for (int i = 0; rel->trigdesc && i < rel->trigdesc->numtriggers; i++)
+			has_triggers |= (rel->trigdesc->triggers[i].tgtype &
+							 (TRIGGER_TYPE_INSERT | TRIGGER_TYPE_DELETE |
+							  TRIGGER_TYPE_UPDATE)) != 0;
 		has_rules = (rel->rd_rules != NULL);
 		table_close(rel, AccessShareLock);
 		if (has_triggers || has_rules)
@@ -241,7 +327,26 @@ pklimit_store_open(Oid nspid, PklimitTable *table)
 					 errdetail("Triggers, foreign keys referencing the table and rules would run with the table owner's privileges."),
 					 errhint("Drop them; pklimit's table must have none.")));
 	}
+
 	checked_relid = relid;
+
+	/*
+	 * On Citus the rows are read and written by other nodes' backends, as the
+	 * owner, where the row level security policy's flag of pklimit's
+	 * statements is not set: only an owner that bypasses row level security
+	 * sees the rows there, and any other would count from nothing.
+	 */
+	table->citus = is_citus_table(relid);
+	if (!table->citus)
+		return;
+	if (!superuser_arg(table->owner) && !has_bypassrls_privilege(table->owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pklimit refuses to write Citus table \"platformkit_limits\" owned by role \"%s\"",
+						GetUserNameFromId(table->owner, false)),
+				 errdetail("On Citus nodes pklimit's statements run as the table's owner under its row level security, which only a superuser or a role with BYPASSRLS passes."),
+				 errhint("Make the owner a superuser or a role with BYPASSRLS that nothing else uses, or give the table to one with ALTER TABLE ... OWNER TO.")));
+	pklimit_set_node_lock_wait();
 }
 
 /*
@@ -415,10 +520,15 @@ pklimit_store_read(const PklimitTable *table, const char *stored_key,
 	return row->exists;
 }
 
-/* Write the row of stored_key as a call decided it. */
+/*
+ * Write the row of stored_key as a call decided it, over the row it read
+ * (existed) or as a new one.  A new row that another writer created since
+ * the read is a serialization failure: the transaction is tried again, and
+ * then reads and locks that row.
+ */
 void
 pklimit_store_write(const PklimitTable *table, const char *stored_key,
-					const PklimitRow *row)
+					const PklimitRow *row, bool existed)
 {
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
@@ -432,9 +542,13 @@ pklimit_store_write(const PklimitTable *table, const char *stored_key,
 	values[5] = TimestampTzGetDatum(row->blocked_until);
 	if (row->blocked_until == 0)
 		nulls[5] = 'n';
-	rc = run(table, STMT_WRITE, values, nulls);
-	if (rc != SPI_OK_INSERT || SPI_processed != 1)
+	rc = run(table, existed ? STMT_WRITE : STMT_CREATE, values, nulls);
+	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "pklimit: writing a row returned %d", rc);
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("pklimit: the row of a key was created by another writer meanwhile")));
 }
 
 /* Delete the row of stored_key; false if there was none. */
@@ -468,7 +582,8 @@ pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff, int64 limit,
 	values[0] = TimestampTzGetDatum(cutoff);
 	values[1] = Int64GetDatum(limit);
 	values[2] = TimestampTzGetDatum(*from);
-	rc = run(table, STMT_PURGE, values, NULL);
+	rc = run(table, table->citus ? STMT_PURGE_BY_KEY : STMT_PURGE, values,
+			 NULL);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "pklimit: purge returned %d", rc);
 	deleted = DatumGetInt64(get_col(1));

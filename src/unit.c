@@ -110,8 +110,8 @@ rows_differ(const PklimitRow *a, const PklimitRow *b)
 static int
 compare_keys(const void *a, const void *b)
 {
-	return strcmp((*(PklimitEntry *const *) a)->request.key,
-				  (*(PklimitEntry *const *) b)->request.key);
+	return pklimit_key_order(&(*(PklimitEntry *const *) a)->request,
+							 &(*(PklimitEntry *const *) b)->request);
 }
 
 /*
@@ -161,7 +161,8 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table)
 		if (rows_differ(&before[k], &after))
 		{
 			pklimit_unit_current = &members[k]->request;
-			pklimit_store_write(table, members[k]->request.key, &after);
+			pklimit_store_write(table, members[k]->request.key, &after,
+								before[k].exists);
 		}
 		result.found = true;
 		result.allowed = decision[k].allowed;

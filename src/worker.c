@@ -362,6 +362,13 @@ set_up_session(void)
 #ifdef PKLIMIT_HAS_TRANSACTION_TIMEOUT
 	SetConfigOption("transaction_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 #endif
+	/* Citus is loaded: its nodes get the lock wait by SET LOCAL (apply.c) */
+	if (GetConfigOption("citus.propagate_set_commands", true, false) != NULL)
+	{
+		SetConfigOption("citus.propagate_set_commands", "local", PGC_SUSET,
+						PGC_S_OVERRIDE);
+		pklimit_on_citus = true;
+	}
 	set_commit_mode();
 }
 

@@ -148,6 +148,9 @@ if [ "$layers" = all ] || [ "$layers" = tap ]; then
 	# a test that skips is not run, never passed
 	p=$(grep -E '^ok [0-9]+' "$WORKDIR/tap.log" | grep -vc '# skip' || true)
 	f=$(grep -cE '^not ok [0-9]+' "$WORKDIR/tap.log" || true)
+	# a test file skipped as a whole (110_citus without Citus) says why
+	grep -E '^test/t/[0-9a-z_]+\.pl \.+ skipped: ' "$WORKDIR/tap.log" |
+		sed -E 's|^test/t/([0-9a-z_]+)\.pl \.+ skipped: (.*)|   \1: not run: \2|' || true
 	if [ $rc -ne 0 ]; then
 		tail -n 40 "$WORKDIR/tap.log"
 		for l in "$BUILD_DIR"/tmp_check/log/regress_log_*; do

@@ -1,0 +1,316 @@
+# Citus: platformkit_limits distributed by key over a coordinator and two
+# worker nodes keeps every promise of one server: exact counts from several
+# nodes at once, each batch one distributed transaction (a retried batch
+# counts nothing twice), the lock wait bounded on every node, no stall
+# between nodes, tenants and row level security, purge by hand and by
+# pg_cron, the update from 0.1.0 of a distributed table, a reference table,
+# and the way to drop the extension.  Not run (never passed) where the citus
+# extension is not installed: see the README's "Scaling out with Citus".
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+
+my $sharedir = `pg_config --sharedir`;
+chomp $sharedir;
+plan skip_all => 'the citus extension is not installed'
+  unless -f "$sharedir/extension/citus.control";
+
+# A node with Citus, pg_cron and pklimit preloaded (Citus first, as it
+# requires); the nodes reach each other through their socket directories.
+sub citus_node
+{
+	my ($name) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'citus,pg_cron,pklimit'
+cron.database_name = 'postgres'
+cron.use_background_workers = on
+max_prepared_transactions = 100
+max_worker_processes = 32
+citus.local_hostname = '@{[$node->host]}'
+});
+	$node->start;
+	return $node;
+}
+
+my $coord = citus_node('coordinator');
+my @workers = (citus_node('worker1'), citus_node('worker2'));
+my @nodes = ($coord, @workers);
+
+# Database $db on every node, with citus, and the workers added to it.
+sub citus_database
+{
+	my ($db) = @_;
+	for my $node (@nodes)
+	{
+		$node->safe_psql('postgres', "CREATE DATABASE $db") if $db ne 'postgres';
+		$node->safe_psql($db, 'CREATE EXTENSION citus');
+	}
+	$coord->safe_psql($db, sprintf("SELECT citus_set_coordinator_host('%s', %d)",
+		$coord->host, $coord->port));
+	$coord->safe_psql($db, sprintf("SELECT citus_add_node('%s', %d)", $_->host, $_->port))
+	  for @workers;
+}
+
+# The port of the node holding the shard of stored key $key.
+sub key_port
+{
+	my ($db, $key) = @_;
+	return $coord->safe_psql($db, qq{
+		SELECT p.nodeport FROM pg_dist_shard_placement p
+		 WHERE p.shardid = get_shard_id_for_distribution_column('platformkit_limits', '$key')});
+}
+
+# Key names prefix-1, prefix-2, ... until one is on a worker node other than
+# those of @avoid (ports); returns (name, port).
+sub key_on_other_node
+{
+	my ($db, $prefix, @avoid) = @_;
+	for my $i (1 .. 100)
+	{
+		my $port = key_port($db, "g:$prefix-$i");
+		return ("$prefix-$i", $port) unless grep { $_ == $port } @avoid;
+	}
+	die "no key of $prefix on another node";
+}
+
+# Run pgbench with $script on $node in the background.
+sub start_pgbench
+{
+	my ($node, $script_name, $script, @args) = @_;
+	my $file = $node->basedir . "/$script_name.sql";
+	open my $fh, '>', $file or die "$file: $!";
+	print $fh $script;
+	close $fh;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(['pgbench', '-n', '-h', $node->host, '-p', $node->port,
+		'-f', $file, @args, 'postgres'], '>', \$out, '2>', \$err);
+	return sub { $h->finish; return ($h->result(0), $out, $err) };
+}
+
+sub stat_of
+{
+	my ($node, $column) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT $column FROM pklimit_stats WHERE datname = 'postgres'");
+}
+
+citus_database('postgres');
+$coord->safe_psql('postgres', 'CREATE EXTENSION pg_cron');
+$coord->safe_psql('postgres', 'CREATE EXTENSION pklimit');
+# a call first, so the worker has seen the table as a local one
+$coord->safe_psql('postgres', "SELECT pklimit_allow('before', 5, '1 hour')");
+$coord->safe_psql('postgres', q{
+	SELECT create_distributed_table('platformkit_limits', 'key');
+	SELECT truncate_local_data_after_distributing_table('public.platformkit_limits');});
+is($coord->safe_psql('postgres', "SELECT count || ' ' || status FROM pklimit_check('before', 5, '1 hour')"),
+	'2 ok', 'the count from before the distribution goes on in the shards');
+is($coord->safe_psql('postgres', q{
+	SELECT count(*) FROM pg_dist_shard_placement
+	 WHERE shardid = get_shard_id_for_distribution_column('platformkit_limits', 'g:before')
+	   AND nodeport <> } . $coord->port), '1', 'on a worker node');
+is($coord->safe_psql('postgres', q{
+	SELECT string_agg(result, ',') FROM run_command_on_workers(
+		$$SELECT extversion FROM pg_extension WHERE extname = 'pklimit'$$)}),
+	'0.2.0,0.2.0', 'pklimit is created on the worker nodes with the coordinator');
+
+# --- exact: 4 clients on the coordinator, rows on both worker nodes
+$_->safe_psql('postgres', 'SELECT pklimit_stats_reset()') for @nodes;
+my $done = start_pgbench($coord, 'exact', q{
+\set n random(1, 16)
+SELECT pklimit_allow('exact-' || :n, 1000000, '1 hour');
+}, '-c', '4', '-j', '2', '-t', '200');
+my ($rc, $out, $err) = $done->();
+is($rc, 0, 'pgbench on the coordinator ran') or diag($err);
+is($coord->safe_psql('postgres', "SELECT sum(count) FROM platformkit_limits WHERE key LIKE 'g:exact-%'"),
+	'800', 'every one of 800 calls counted once');
+is(stat_of($coord, 'allowed || \'/\' || unavailable'), '800/0', 'each answered by the store');
+is($coord->safe_psql('postgres', q{
+	SELECT count(DISTINCT nodeport) FROM pg_dist_shard_placement
+	 WHERE shardid IN (SELECT get_shard_id_for_distribution_column('platformkit_limits', key)
+						 FROM platformkit_limits WHERE key LIKE 'g:exact-%')}),
+	'2', 'the rows live on both worker nodes');
+
+# --- two nodes at once, calls on two keys each, in both orders: on 6 keys,
+# then on 300 mostly new ones (the nodes' workers create rows at once)
+for my $keys (6, 300)
+{
+	$_->safe_psql('postgres', 'SELECT pklimit_stats_reset()') for @nodes;
+	my $pairs = qq{
+\\set a random(1, $keys)
+\\set b random(1, @{[$keys - 1]})
+SELECT pklimit_allow_all(ARRAY['pair$keys-' || :a, 'pair$keys-' || ((:a + :b - 1) % $keys + 1)],
+	ARRAY[1000000, 1000000]::bigint[], ARRAY['1 hour', '1 hour']::interval[]);
+};
+	my @running = map { start_pgbench($_, "pairs$keys", $pairs, '-c', '4', '-j', '2', '-t', '150') }
+	  ($coord, $workers[0]);
+	for my $i (0 .. 1)
+	{
+		($rc, $out, $err) = $running[$i]->();
+		is($rc, 0, "$keys keys: pgbench on node $i ran") or diag($err);
+	}
+	is($coord->safe_psql('postgres', "SELECT sum(count) FROM platformkit_limits WHERE key LIKE 'g:pair$keys-%'"),
+		'2400', "$keys keys, two nodes, 1200 calls on two keys each: 2400 events, none lost or doubled");
+	for my $node ($coord, $workers[0])
+	{
+		is(stat_of($node, 'allowed || \'/\' || unavailable'), '600/0',
+			"$keys keys, " . $node->name . ': every call answered by the store, none stalled');
+	}
+}
+
+# --- the caller's rollback keeps the event, from any node
+for my $node ($coord, $workers[1])
+{
+	$node->safe_psql('postgres', "BEGIN; SELECT pklimit_allow('rolled-back', 5, '1 hour'); ROLLBACK;");
+}
+is($coord->safe_psql('postgres', "SELECT pklimit_count('rolled-back')"), '2',
+	'events of rolled-back callers on two nodes are kept, once each');
+
+# --- a batch is one distributed transaction; the lock wait holds on every node
+my ($x, $x_port) = key_on_other_node('postgres', 'x');
+my ($y, $y_port) = key_on_other_node('postgres', 'y', $x_port);
+my ($z, $z_port) = key_on_other_node('postgres', 'z', $y_port);
+$coord->safe_psql('postgres', "SELECT pklimit_allow('$y', 100, '1 hour')");
+my $holder = $coord->background_psql('postgres');
+$holder->query_safe("BEGIN; SELECT count FROM platformkit_limits WHERE key = 'g:$y' FOR UPDATE");
+my $rollbacks = $coord->safe_psql('postgres',
+	"SELECT xact_rollback FROM pg_stat_database WHERE datname = 'postgres'");
+my $group = $coord->background_psql('postgres');
+$group->query_until(qr/started/, qq{
+SET pklimit.timeout = '60s';
+\\echo started
+SELECT pklimit_allow_all(ARRAY['$x', '$y'], ARRAY[100, 100]::bigint[], ARRAY['1 hour', '1 hour']::interval[]);
+});
+ok($coord->poll_query_until('postgres', qq{
+	SELECT xact_rollback >= $rollbacks + 3 FROM pg_stat_database WHERE datname = 'postgres'}),
+	"the worker tried the call on $x and $y (row of $y locked) three times and rolled back");
+is($coord->safe_psql('postgres', "SELECT count(*) FROM platformkit_limits WHERE key = 'g:$x'"),
+	'0', "nothing of $x was committed on its node by the tries");
+is($coord->safe_psql('postgres', "SELECT status FROM pklimit_check('$z', 100, '1 hour')"),
+	'ok', "a call on $z (on the other worker node) is answered while the row of $y stays locked");
+is($workers[0]->safe_psql('postgres', "SELECT status FROM pklimit_check('$z', 100, '1 hour')"),
+	'ok', 'and from a worker node');
+my ($out_y, $err_y) = ('', '');
+$coord->psql('postgres', "SELECT status FROM pklimit_check('$y', 100, '1 hour')",
+	stdout => \$out_y, stderr => \$err_y);
+is($out_y, 'lock_timeout', "a call on $y itself answers lock_timeout within its budget");
+$holder->query_safe('COMMIT');
+$holder->quit;
+$group->quit;
+is($coord->safe_psql('postgres', "SELECT pklimit_count('$x') || ',' || pklimit_count('$y')"),
+	'1,2', "the call on $x and $y committed once after the lock went: $x 1, $y 1 + 1");
+is($coord->safe_psql('postgres', "SELECT pklimit_count('$z')"), '2',
+	"$z has its two calls");
+
+# --- tenants and row level security, as a role that is neither superuser nor BYPASSRLS
+$coord->safe_psql('postgres', q{
+	CREATE ROLE app LOGIN;
+	GRANT USAGE ON SCHEMA public TO app;});
+for my $node ($coord, $workers[0])
+{
+	$node->safe_psql('postgres', q{
+		SET ROLE app;
+		BEGIN; SELECT set_config('platformkit.tenant', 'acme', true); SELECT pklimit_allow('shared', 5, '1 hour'); COMMIT;
+		BEGIN; SELECT set_config('platformkit.tenant', 'beta', true); SELECT pklimit_allow('shared', 5, '1 hour'); COMMIT;
+		BEGIN; SELECT set_config('platformkit.tenant', 'acme', true); SELECT pklimit_allow('shared', 5, '1 hour'); COMMIT;});
+}
+for my $tenant (['acme', 4], ['beta', 2])
+{
+	is($coord->safe_psql('postgres', qq{
+		SET ROLE app; SET platformkit.tenant = '$tenant->[0]'; SELECT pklimit_count('shared')}),
+		$tenant->[1], "tenant $tenant->[0] counts its own $tenant->[1] events, from both nodes");
+}
+($rc, $out, $err) = $workers[0]->psql('postgres', 'SET ROLE app; SELECT count(*) FROM platformkit_limits');
+like($err, qr/permission denied for table platformkit_limits/, 'the table is not readable by the role on a worker node');
+
+# --- the owner: only one that bypasses row level security on the nodes
+$coord->safe_psql('postgres', q{
+	CREATE ROLE limits_owner LOGIN;
+	ALTER TABLE platformkit_limits OWNER TO limits_owner;});
+($rc, $out, $err) = $coord->psql('postgres', "SELECT status FROM pklimit_check('owned', 5, '1 hour')");
+is($out, 'error', 'an owner that is subject to row level security: the call is not counted from nothing');
+like($err, qr/pklimit refuses to write Citus table "platformkit_limits" owned by role "limits_owner"/,
+	'and the warning says why');
+$coord->safe_psql('postgres', 'ALTER ROLE limits_owner BYPASSRLS');
+is($coord->safe_psql('postgres', "SELECT count FROM pklimit_check('exact-1', 1000000, '1 hour')") > 1 ? 'counted on' : 'from nothing',
+	'counted on', 'an owner with BYPASSRLS sees the rows on the nodes');
+$coord->safe_psql('postgres', 'ALTER TABLE platformkit_limits OWNER TO CURRENT_USER');
+
+# --- purge, by hand and by pg_cron, never a live row
+my $expired = q{
+	INSERT INTO platformkit_limits
+	SELECT 'g:expired-' || i, now() - interval '3 days', now() - interval '2 days', 1, now() - interval '2 days'
+	  FROM generate_series(1, 300) i};
+$coord->safe_psql('postgres', $expired);
+my $live = $coord->safe_psql('postgres', "SELECT count(*) FROM platformkit_limits WHERE key NOT LIKE 'g:expired-%'");
+is($coord->safe_psql('postgres', 'SELECT pklimit_purge()'), '300', 'pklimit_purge deletes the 300 expired rows');
+is($coord->safe_psql('postgres', 'SELECT count(*) FROM platformkit_limits'), $live, 'and no live row');
+$coord->safe_psql('postgres', $expired);
+$coord->safe_psql('postgres', "SELECT pklimit_schedule_purge('* * * * *')");
+ok($coord->poll_query_until('postgres', q{
+	SELECT count(*) > 0 FROM cron.job_run_details r JOIN cron.job j USING (jobid)
+	 WHERE j.jobname = 'pklimit-purge' AND r.status = 'succeeded'}), 'pg_cron ran the purge job');
+is($coord->safe_psql('postgres', 'SELECT count(*) FROM platformkit_limits'), $live,
+	'it deleted the expired rows and no live row');
+
+# --- the update of a distributed table from 0.1.0
+citus_database('upd');
+$coord->safe_psql('upd', q{
+	CREATE EXTENSION pklimit VERSION '0.1.0';
+	SELECT create_distributed_table('platformkit_limits', 'key');});
+$coord->safe_psql('upd', "SELECT pklimit_allow('before', 5, '1 hour')");
+$coord->safe_psql('upd', 'ALTER EXTENSION pklimit UPDATE');
+is($coord->safe_psql('upd', q{
+	SELECT string_agg(result, ',') FROM run_command_on_workers(
+		$$SELECT extversion FROM pg_extension WHERE extname = 'pklimit'$$)}),
+	'0.2.0,0.2.0', 'the update reaches the worker nodes');
+is($coord->safe_psql('upd', q{
+	SELECT count(DISTINCT result) || ' ' || min(result) FROM run_command_on_shards('platformkit_limits',
+		$$SELECT (SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = '%1$s'::regclass AND attnum > 0)
+			|| ' ' || (SELECT count(*) FROM pg_constraint WHERE conrelid = '%1$s'::regclass AND contype = 'c')$$)}),
+	'1 key,window_start,window_end,count,updated_at,blocked_until 0',
+	'every shard has the new column and none of the dropped CHECK constraints');
+is($coord->safe_psql('upd', q{
+	SELECT allowed || ' ' || count FROM pklimit_check('before', 1, '1 hour', block => '1 hour')}),
+	'false 2', 'the updated table keeps its counts and takes 0.2.0 calls');
+is($workers[1]->safe_psql('upd', "SELECT status || ' ' || allowed FROM pklimit_check('before', 100, '1 hour')"),
+	'ok false', 'the block holds from a worker node');
+
+# --- a reference table: one copy of every row on every node
+citus_database('ref');
+$coord->safe_psql('ref', q{
+	CREATE EXTENSION pklimit;
+	SELECT create_reference_table('platformkit_limits');});
+for my $node (@nodes)
+{
+	$node->safe_psql('ref', "SELECT pklimit_allow('r-' || i, 100, '1 hour') FROM generate_series(1, 5) i");
+}
+is($coord->safe_psql('ref', q{
+	SELECT string_agg(result, ',') FROM run_command_on_placements('platformkit_limits',
+		$$SELECT sum(count) FROM %s$$)}),
+	'15,15,15', 'a reference table: 15 calls from three nodes, in every copy');
+$coord->safe_psql('ref', $expired);
+is($coord->safe_psql('ref', 'SELECT pklimit_purge()'), '300', 'its purge deletes the expired rows');
+is($coord->safe_psql('ref', q{
+	SELECT string_agg(result, ',') FROM run_command_on_placements('platformkit_limits',
+		$$SELECT count(*) FROM %s$$)}),
+	'5,5,5', 'from every copy, and no live row');
+
+# --- dropping the extension: the table first, so Citus drops its shards
+$coord->safe_psql('upd', q{
+	ALTER EXTENSION pklimit DROP TABLE platformkit_limits;
+	DROP TABLE platformkit_limits;
+	DROP EXTENSION pklimit;});
+is($coord->safe_psql('upd', q{
+	SELECT string_agg(result, ',') FROM run_command_on_workers(
+		$$SELECT count(*) FROM pg_class WHERE relname LIKE 'platformkit_limits%'
+		   OR oid IN (SELECT objid FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid WHERE e.extname = 'pklimit')$$)}),
+	'0,0', 'the README\'s way to drop pklimit leaves no table, shard or object on the worker nodes');
+
+done_testing();
