@@ -67,6 +67,8 @@ $check$;
 -- Both run as commands of their own (EXECUTE): on Citus, which passes an
 -- ALTER TABLE of a distributed or reference table on to its shards and other
 -- nodes as the text of its command, that text must not be this script's.
+-- Citus then runs this update on its worker nodes too, where the column has
+-- already come with that ALTER TABLE: it must be pklimit's.
 DO $table$
 BEGIN
 	EXECUTE 'ALTER TABLE @extschema@.platformkit_limits
@@ -74,6 +76,15 @@ BEGIN
 		DROP CONSTRAINT IF EXISTS platformkit_limits_count_check';
 	EXECUTE 'ALTER TABLE @extschema@.platformkit_limits
 		ADD COLUMN IF NOT EXISTS blocked_until pg_catalog.timestamptz';
+	IF (SELECT a.atttypid FROM pg_catalog.pg_attribute a
+		 WHERE a.attrelid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits'::pg_catalog.regclass
+		   AND a.attname OPERATOR(pg_catalog.=) 'blocked_until'
+		   AND NOT a.attisdropped) OPERATOR(pg_catalog.<>) 'pg_catalog.timestamptz'::pg_catalog.regtype THEN
+		RAISE EXCEPTION USING ERRCODE = 'duplicate_column',
+			MESSAGE = 'column "blocked_until" of platformkit_limits is not pklimit''s',
+			DETAIL = 'Version 0.2.0 adds a column blocked_until of type timestamptz.',
+			HINT = 'Drop or rename that column, then update again.';
+	END IF;
 END
 $table$;
 COMMENT ON COLUMN @extschema@.platformkit_limits.count IS

@@ -42,6 +42,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "pklimit.h"
 
 /* Time kept in hand for an answer to reach a caller before its deadline. */
@@ -63,36 +64,43 @@ typedef enum Outcome
 	APPLY_LOCKED,				/* a row lock was not granted in time */
 	APPLY_TABLE_LOCKED,			/* another transaction locks the whole table */
 	APPLY_CONFLICT,				/* another writer came between: another node's
-								 * worker created a row, or a deadlock
-								 * cancelled the transaction; to be tried
-								 * again */
+								 * worker created a row, or a deadlock (across
+								 * nodes, Citus cancels one) ended the
+								 * transaction; to be tried again, a few times */
 	APPLY_FAILED,				/* any other error */
 	APPLY_UNFOLD				/* rolled back: folded hits reached the
 								 * maximum */
 } Outcome;
 
-/* Is Citus loaded (worker.c)?  Its tables' rows live on other nodes. */
-bool		pklimit_on_citus = false;
+#ifdef PKLIMIT_HAS_TRANSACTION_TIMEOUT
+#define NODE_TRANSACTION_TIMEOUT " SET LOCAL transaction_timeout = 0;"
+#else
+#define NODE_TRANSACTION_TIMEOUT ""
+#endif
 
 /* The worker's lock wait, in ms: lock_timeout in its session. */
 static int	session_lock_wait_ms = -1;
 
 /*
- * For a Citus table (store.c), in a transaction: its rows are written by
- * other nodes' backends, where the worker's lock_timeout is not in force;
- * Citus sends a transaction's SET LOCAL commands on to every node it writes
- * (worker.c sets citus.propagate_set_commands to local).
+ * For a Citus table, in a transaction: its rows are written by other nodes'
+ * backends, which connect as the table's owner with that role's settings,
+ * not the worker's.  Citus sends a transaction's SET LOCAL commands on to
+ * every node it writes (worker.c sets citus.propagate_set_commands to
+ * local): the worker's lock wait, and no timeout but that.
  */
 void
-pklimit_set_node_lock_wait(void)
+pklimit_set_node_settings(void)
 {
-	char		sql[64];
+	char		sql[256];
 
-	snprintf(sql, sizeof(sql), "SET LOCAL lock_timeout = %d",
+	snprintf(sql, sizeof(sql),
+			 "SET LOCAL lock_timeout = %d; SET LOCAL statement_timeout = 0;"
+			 " SET LOCAL idle_in_transaction_session_timeout = 0;"
+			 NODE_TRANSACTION_TIMEOUT,
 			 session_lock_wait_ms > 0 ? session_lock_wait_ms :
 			 PKLIMIT_BATCH_LOCK_MS);
 	if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "pklimit: could not set the lock wait of the nodes");
+		elog(ERROR, "pklimit: could not set the nodes' settings");
 }
 
 /*
@@ -458,6 +466,7 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 					 MemoryContext memory_context)
 {
 	volatile Outcome outcome = APPLY_COMMITTED;
+	volatile bool citus = false;
 	Unit		units[PKLIMIT_BATCH_MAX];
 	int			order[PKLIMIT_BATCH_MAX];
 	int			nunits = fold(entries, n, units);
@@ -483,6 +492,11 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 			{
 				SetUserIdAndSecContext(save_userid, save_sec_context);
 				pklimit_store_open(units[u].head->request.nspid, &table);
+				if (table.citus)
+				{
+					citus = true;
+					pklimit_set_node_settings();
+				}
 				SetUserIdAndSecContext(table.owner,
 									   save_sec_context |
 									   SECURITY_LOCAL_USERID_CHANGE |
@@ -512,7 +526,7 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 		}
 		else if (edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
 				 edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
-				 edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+				 (citus && edata->sqlerrcode == ERRCODE_QUERY_CANCELED))
 		{
 			/* Citus cancels one transaction of a circle across its nodes */
 			outcome = APPLY_CONFLICT;
@@ -587,6 +601,7 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 	TimestampTz now = GetCurrentTimestamp();
 	bool		probe_table = false;
 	int			nlive = 0;
+	int			conflicts = 0;
 
 	for (int j = 0; j < n; j++)
 	{
@@ -608,6 +623,13 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 			break;
 		if (outcome == APPLY_UNFOLD)
 			continue;			/* again, without folding what saturated */
+		if (outcome == APPLY_CONFLICT && ++conflicts > PKLIMIT_CONFLICT_TRIES)
+		{
+			ereport(LOG,
+					(errmsg("pklimit worker met another writer in %d tries of %d requests",
+							conflicts, nlive)));
+			outcome = APPLY_FAILED;
+		}
 		if (outcome == APPLY_FAILED)
 		{
 			/*

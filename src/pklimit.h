@@ -244,6 +244,12 @@ typedef enum PklimitOnUnavailable
 #define PKLIMIT_BATCH_LOCK_MS 20
 #define PKLIMIT_RETRY_MS 20
 #define PKLIMIT_RETRY_LOCK_MS 2
+
+/*
+ * A transaction that another writer came between (apply.c) is tried again
+ * at once, this many times.
+ */
+#define PKLIMIT_CONFLICT_TRIES 3
 #define PKLIMIT_PURGE_LOCK_SECONDS 5
 
 /* What is wrong with a window (api.c checks it). */
@@ -349,6 +355,7 @@ extern pid_t pklimit_registry_worker_pid(Oid dboid);
 
 /* worker.c */
 extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
+extern bool pklimit_on_citus;
 
 /* apply.c: the worker's transactions */
 extern void pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
@@ -358,13 +365,12 @@ extern bool pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b);
 extern int	pklimit_key_order(const PklimitRequest *a, const PklimitRequest *b);
 extern bool pklimit_worth_retrying(TimestampTz deadline, TimestampTz now);
 extern void pklimit_set_lock_wait(int ms);
-extern void pklimit_set_node_lock_wait(void);
+extern void pklimit_set_node_settings(void);
 extern void pklimit_begin_transaction(const char *activity);
 extern bool pklimit_commit_transaction(void);
 extern ErrorData *pklimit_abort_transaction(MemoryContext memory_context);
 extern void pklimit_report_idle(void);
 extern void pklimit_answer_error(PklimitAnswer *answer, const ErrorData *edata);
-extern bool pklimit_on_citus;
 
 /* store.c: the statements on platformkit_limits, in the current transaction */
 typedef struct PklimitTable

@@ -267,6 +267,8 @@ delete_batch(MemoryContext memory_context, ErrorData **edata, bool *sliced)
 		pklimit_begin_transaction("pklimit: purge");
 		force_index_plans();
 		pklimit_store_open(r->nspid, &table);
+		if (table.citus)
+			pklimit_set_node_settings();
 		GetUserIdAndSecContext(&save_userid, &save_sec_context);
 		SetUserIdAndSecContext(table.owner,
 							   save_sec_context |

@@ -268,7 +268,7 @@ is_citus_table(Oid relid)
  * apply to them as to any other statement), its version and whether Citus
  * has it.  Raises an error unless the table is the extension's own and has
  * no trigger or rule, and, on Citus, an owner that bypasses row level
- * security; there it sets the lock wait of the nodes for the transaction.
+ * security.
  */
 void
 pklimit_store_open(Oid nspid, PklimitTable *table)
@@ -330,6 +330,10 @@ pklimit_store_open(Oid nspid, PklimitTable *table)
 
 	checked_relid = relid;
 
+	/* Citus takes a table in under this lock, so the answer is current */
+	if (pklimit_on_citus)
+		LockRelationOid(relid, RowExclusiveLock);
+
 	/*
 	 * On Citus the rows are read and written by other nodes' backends, as the
 	 * owner, where the row level security policy's flag of pklimit's
@@ -346,7 +350,6 @@ pklimit_store_open(Oid nspid, PklimitTable *table)
 						GetUserNameFromId(table->owner, false)),
 				 errdetail("On Citus nodes pklimit's statements run as the table's owner under its row level security, which only a superuser or a role with BYPASSRLS passes."),
 				 errhint("Make the owner a superuser or a role with BYPASSRLS that nothing else uses, or give the table to one with ALTER TABLE ... OWNER TO.")));
-	pklimit_set_node_lock_wait();
 }
 
 /*
@@ -548,7 +551,7 @@ pklimit_store_write(const PklimitTable *table, const char *stored_key,
 	if (SPI_processed != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("pklimit: the row of a key was created by another writer meanwhile")));
+				 errmsg("pklimit key row was created by another transaction meanwhile")));
 }
 
 /* Delete the row of stored_key; false if there was none. */

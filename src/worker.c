@@ -362,7 +362,7 @@ set_up_session(void)
 #ifdef PKLIMIT_HAS_TRANSACTION_TIMEOUT
 	SetConfigOption("transaction_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 #endif
-	/* Citus is loaded: its nodes get the lock wait by SET LOCAL (apply.c) */
+	/* Citus is loaded: its nodes get the worker's settings by SET LOCAL */
 	if (GetConfigOption("citus.propagate_set_commands", true, false) != NULL)
 	{
 		SetConfigOption("citus.propagate_set_commands", "local", PGC_SUSET,
@@ -371,6 +371,9 @@ set_up_session(void)
 	}
 	set_commit_mode();
 }
+
+/* Is Citus loaded?  Its tables' rows live on other nodes (apply.c). */
+bool		pklimit_on_citus = false;
 
 void
 pklimit_worker_main(Datum main_arg)

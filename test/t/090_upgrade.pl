@@ -157,5 +157,16 @@ $node->safe_psql('planted', 'DROP FUNCTION public.pklimit_allow(text, integer, i
 is($node->safe_psql('planted', "SELECT pklimit_allow('k', 0, '1 hour')"), 'f',
 	'without it the update goes through, and pklimit answers');
 
+# --- a column blocked_until added to the 0.1.0 table by hand, of another
+# type, is not taken for pklimit's
+$node->safe_psql('postgres', 'CREATE DATABASE column_added');
+$node->safe_psql('column_added', q{
+	SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.1.0';
+	ALTER TABLE platformkit_limits ADD COLUMN blocked_until text});
+($ret, $out, $err) = $node->psql('column_added', 'ALTER EXTENSION pklimit UPDATE');
+like($err, qr/column "blocked_until" of platformkit_limits is not pklimit's/,
+	'a column blocked_until of another type makes the update fail');
+is($node->safe_psql('column_added', $version), '0.1.0', 'which changed nothing');
+
 $node->stop;
 done_testing();

@@ -19,6 +19,8 @@ my $sharedir = `pg_config --sharedir`;
 chomp $sharedir;
 plan skip_all => 'the citus extension is not installed'
   unless -f "$sharedir/extension/citus.control";
+plan skip_all => 'pg_cron is not installed'
+  unless -f "$sharedir/extension/pg_cron.control";
 
 # A node with Citus, pg_cron and pklimit preloaded (Citus first, as it
 # requires); the nodes reach each other through their socket directories.
