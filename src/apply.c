@@ -36,10 +36,12 @@
 #include "replication/syncrep.h"
 #include "replication/walsender.h"
 #include "replication/walsender_private.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -72,11 +74,24 @@ typedef enum Outcome
 								 * maximum */
 } Outcome;
 
-#ifdef PKLIMIT_HAS_TRANSACTION_TIMEOUT
-#define NODE_TRANSACTION_TIMEOUT " SET LOCAL transaction_timeout = 0;"
-#else
-#define NODE_TRANSACTION_TIMEOUT ""
-#endif
+/*
+ * On Citus a unit's statements wait for another node's answer; a node that
+ * does not answer (stopped, or cut off without its connection being closed)
+ * would hold up every key of every batch.  Its wait ends after
+ * PKLIMIT_NODE_WAIT_MS, as a lock wait does: the unit's entries are set
+ * aside and the rest of the batch goes on.
+ */
+static TimeoutId node_timeout = MAX_TIMEOUTS;
+static volatile sig_atomic_t node_wait_over = false;
+
+static void
+node_wait_handler(void)
+{
+	node_wait_over = true;
+	InterruptPending = true;
+	QueryCancelPending = true;
+	SetLatch(MyLatch);
+}
 
 /* The worker's lock wait, in ms: lock_timeout in its session. */
 static int	session_lock_wait_ms = -1;
@@ -86,21 +101,34 @@ static int	session_lock_wait_ms = -1;
  * backends, which connect as the table's owner with that role's settings,
  * not the worker's.  Citus sends a transaction's SET LOCAL commands on to
  * every node it writes (worker.c sets citus.propagate_set_commands to
- * local): the worker's lock wait, and no timeout but that.
+ * local): the worker's lock wait and no timeout but that, its commit mode
+ * (a batch that wrote on one node commits there without two-phase commit),
+ * and read-write.
  */
 void
 pklimit_set_node_settings(void)
 {
-	char		sql[256];
+	char		lock_wait[64];
+	const char *settings[] = {
+		lock_wait,
+		"SET LOCAL statement_timeout = 0",
+		"SET LOCAL idle_in_transaction_session_timeout = 0",
+#ifdef PKLIMIT_HAS_TRANSACTION_TIMEOUT
+		"SET LOCAL transaction_timeout = 0",
+#endif
+		pklimit_asynchronous_commit ?
+		"SET LOCAL synchronous_commit = off" :
+		"SET LOCAL synchronous_commit = on",
+		"SET LOCAL transaction_read_only = off",
+	};
 
-	snprintf(sql, sizeof(sql),
-			 "SET LOCAL lock_timeout = %d; SET LOCAL statement_timeout = 0;"
-			 " SET LOCAL idle_in_transaction_session_timeout = 0;"
-			 NODE_TRANSACTION_TIMEOUT,
+	snprintf(lock_wait, sizeof(lock_wait), "SET LOCAL lock_timeout = %d",
 			 session_lock_wait_ms > 0 ? session_lock_wait_ms :
 			 PKLIMIT_BATCH_LOCK_MS);
-	if (SPI_execute(sql, false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "pklimit: could not set the nodes' settings");
+	/* one command a string: Citus sends on the text of each */
+	for (int i = 0; i < lengthof(settings); i++)
+		if (SPI_execute(settings[i], false, 0) != SPI_OK_UTILITY)
+			elog(ERROR, "pklimit: could not set the nodes' settings");
 }
 
 /*
@@ -472,6 +500,9 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 	int			nunits = fold(entries, n, units);
 
 	order_units(entries, n, units, nunits, order);
+	if (node_timeout == MAX_TIMEOUTS)
+		node_timeout = RegisterTimeout(USER_TIMEOUT, node_wait_handler);
+	node_wait_over = false;
 
 	PG_TRY();
 	{
@@ -502,8 +533,11 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 									   SECURITY_LOCAL_USERID_CHANGE |
 									   SECURITY_RESTRICTED_OPERATION);
 			}
+			if (citus)
+				enable_timeout_after(node_timeout, PKLIMIT_NODE_WAIT_MS);
 			if (!pklimit_apply_unit(entries, n, u, &table))
 				outcome = APPLY_UNFOLD;
+			disable_timeout(node_timeout, false);
 		}
 		SetUserIdAndSecContext(save_userid, save_sec_context);
 
@@ -515,11 +549,14 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata = pklimit_abort_transaction(memory_context);
+		ErrorData  *edata;
 
+		disable_timeout(node_timeout, false);
+		edata = pklimit_abort_transaction(memory_context);
 		for (int j = 0; j < n; j++)
 			pklimit_answer_error(&entries[j]->answer, edata);
-		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+			(node_wait_over && edata->sqlerrcode == ERRCODE_QUERY_CANCELED))
 		{
 			outcome = APPLY_LOCKED;
 			mark_locked(entries, n, pklimit_unit_current);

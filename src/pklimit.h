@@ -250,6 +250,12 @@ typedef enum PklimitOnUnavailable
  * at once, this many times.
  */
 #define PKLIMIT_CONFLICT_TRIES 3
+
+/*
+ * On Citus, how long a unit's statements wait for another node's answer
+ * before its entries are set aside as for a locked row (apply.c).
+ */
+#define PKLIMIT_NODE_WAIT_MS 50
 #define PKLIMIT_PURGE_LOCK_SECONDS 5
 
 /* What is wrong with a window (api.c checks it). */

@@ -14,6 +14,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use PklimitTest;
 
 my $sharedir = `pg_config --sharedir`;
 chomp $sharedir;
@@ -209,6 +210,55 @@ is($coord->safe_psql('postgres', "SELECT pklimit_count('$x') || ',' || pklimit_c
 	'1,2', "the call on $x and $y committed once after the lock went: $x 1, $y 1 + 1");
 is($coord->safe_psql('postgres', "SELECT pklimit_count('$z')"), '2',
 	"$z has its two calls");
+
+# --- a node's backend that stops answering (hung on its disk, say) holds up
+# only the keys it serves: the worker gives up waiting for it, as for a
+# locked row, and goes on with the other keys
+my ($on_stopped) = key_on_other_node('postgres', 'stopped', $workers[0]->port);
+my ($on_running) = key_on_other_node('postgres', 'running', $workers[1]->port);
+$coord->safe_psql('postgres',
+	"SELECT pklimit_allow('$on_stopped', 100, '1 hour'), pklimit_allow('$on_running', 100, '1 hour')");
+my $coord_worker = worker_pid($coord);
+my @stopped = split /\n/, $workers[1]->safe_psql('postgres', qq{
+	SELECT pid FROM pg_stat_activity
+	 WHERE application_name LIKE 'citus_internal gpid=%'
+	   AND substr(application_name, length(application_name) - length('$coord_worker') + 1) = '$coord_worker'});
+ok(@stopped > 0, 'the coordinator worker\'s connection to the node is found');
+kill 'STOP', @stopped;
+END { kill 'CONT', @stopped if @stopped; }	# so a failed test still ends
+my $waiting = $coord->background_psql('postgres');
+$waiting->query_until(qr/started/, qq{
+SET pklimit.timeout = '60s';
+\\echo started
+SELECT pklimit_allow('$on_stopped', 100, '1 hour');
+});
+is($coord->safe_psql('postgres', "SELECT status FROM pklimit_check('$on_running', 100, '1 hour')"),
+	'ok', "a call on $on_running (the other node) is answered while that backend is stopped");
+ok($coord->poll_query_until('postgres', "SELECT pklimit_count('$on_stopped') = 2"),
+	"the call on $on_stopped is counted, through another connection");
+kill 'CONT', @stopped;
+$waiting->quit;
+is($coord->safe_psql('postgres', "SELECT pklimit_count('$on_stopped') || ',' || pklimit_count('$on_running')"),
+	'2,2', 'once the stopped backend runs again, each key has its two calls, none twice');
+
+# --- the owner's settings on the nodes do not reach pklimit's transactions
+# there: read-only by default, and no commit flush
+my $node_settings = q{
+	SET default_transaction_read_only = off;
+	SET citus.enable_ddl_propagation = off;
+	ALTER ROLE CURRENT_USER IN DATABASE postgres SET default_transaction_read_only = %s;
+	ALTER ROLE CURRENT_USER IN DATABASE postgres SET synchronous_commit = %s;
+	SELECT count(pg_terminate_backend(pid)) >= 0 FROM pg_stat_activity
+	 WHERE application_name LIKE 'citus_internal gpid=%%'};
+$_->safe_psql('postgres', sprintf($node_settings, 'on', 'off')) for @workers;
+is($coord->safe_psql('postgres', qq{
+	SELECT string_agg(status, ',') FROM (SELECT (pklimit_check(k, 100, '1 hour')).status
+	  FROM unnest(ARRAY['$on_stopped', '$on_running']) k) c}),
+	'ok,ok', 'calls on both worker nodes are answered although the owner is read-only there by default');
+like(slurp_file($workers[1]->logfile),
+	qr/BEGIN TRANSACTION ISOLATION LEVEL READ COMMITTED;SET LOCAL lock_timeout = \d+;(?:SET LOCAL \w+ = 0;)+SET LOCAL synchronous_commit = on;SET LOCAL transaction_read_only = off;SELECT assign_distributed_transaction_id/,
+	'the worker sends its commit mode and read-write with each transaction');
+$_->safe_psql('postgres', sprintf($node_settings, 'off', 'on')) for @workers;
 
 # --- tenants and row level security, as a role that is neither superuser nor BYPASSRLS
 $coord->safe_psql('postgres', q{
