@@ -31,19 +31,11 @@ trap stop_nodes EXIT
 
 log "starting a coordinator and two worker nodes on ports ${PORTS[*]}"
 for p in "${PORTS[@]}"; do
-	as_user initdb -D "$WORKDIR/node$p" -A trust -U postgres --no-sync >/dev/null
-	cat >>"$WORKDIR/node$p/postgresql.conf" <<CONF
-listen_addresses = ''
-unix_socket_directories = '$WORKDIR'
-port = $p
+	start_node "$WORKDIR/node$p" "$p" "$WORKDIR/node$p.log" "\
 shared_preload_libraries = 'citus,pklimit'
 max_prepared_transactions = 200
 max_connections = 200
-fsync = on
-synchronous_commit = on
-citus.local_hostname = '$WORKDIR'
-CONF
-	as_user pg_ctl -D "$WORKDIR/node$p" -l "$WORKDIR/node$p.log" -w start >/dev/null
+citus.local_hostname = '$WORKDIR'"
 done
 qn() { local port=$1 db=$2; shift 2; as_user psql -X -v ON_ERROR_STOP=1 -qAt -h "$WORKDIR" -p "$port" -U postgres -d "$db" "$@"; }
 

@@ -47,23 +47,29 @@ build_and_install() {
 
 as_user() { runuser -u $RUN_AS -- env PATH="$PG_BIN:$PATH" "$@"; }
 
-# Start a cluster in $WORKDIR/data listening only on a socket in $WORKDIR.
-start_cluster() {
-	local data=$WORKDIR/data
-	log "starting a throwaway cluster on port $PKLIMIT_PORT"
-	as_user initdb -D "$data" -A trust -U postgres --no-sync >/dev/null
-	cat >>"$data/postgresql.conf" <<CONF
+# start_node DATA PORT LOG CONF: initdb a cluster in DATA listening only on
+# a socket in $WORKDIR, durable, with the lines CONF added; start it.
+start_node() {
+	as_user initdb -D "$1" -A trust -U postgres --no-sync >/dev/null
+	cat >>"$1/postgresql.conf" <<CONF
 listen_addresses = ''
 unix_socket_directories = '$WORKDIR'
-port = $PKLIMIT_PORT
+port = $2
+fsync = on
+synchronous_commit = on
+$4
+CONF
+	as_user pg_ctl -D "$1" -l "$3" -w start >/dev/null
+}
+
+# Start a cluster in $WORKDIR/data listening only on a socket in $WORKDIR.
+start_cluster() {
+	log "starting a throwaway cluster on port $PKLIMIT_PORT"
+	start_node "$WORKDIR/data" "$PKLIMIT_PORT" "$WORKDIR/server.log" "\
 shared_preload_libraries = 'pklimit,pg_cron'
 cron.database_name = '$PKLIMIT_DB'
 max_connections = ${PKLIMIT_MAX_CONNECTIONS:-100}
-fsync = on
-synchronous_commit = on
-${PKLIMIT_EXTRA_CONF:-}
-CONF
-	as_user pg_ctl -D "$data" -l "$WORKDIR/server.log" -w start >/dev/null
+${PKLIMIT_EXTRA_CONF:-}"
 	trap stop_cluster EXIT
 	export PGHOST=$WORKDIR PGPORT=$PKLIMIT_PORT PGUSER=postgres
 	as_user createdb "$PKLIMIT_DB"

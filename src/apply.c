@@ -537,7 +537,8 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 				enable_timeout_after(node_timeout, PKLIMIT_NODE_WAIT_MS);
 			if (!pklimit_apply_unit(entries, n, u, &table))
 				outcome = APPLY_UNFOLD;
-			disable_timeout(node_timeout, false);
+			if (citus)
+				disable_timeout(node_timeout, false);
 		}
 		SetUserIdAndSecContext(save_userid, save_sec_context);
 
