@@ -2,7 +2,8 @@
 
 MODULE_big = pklimit
 OBJS = src/pklimit.o src/api.o src/key.o src/queue.o src/registry.o src/worker.o \
-	src/check.o src/apply.o src/unit.o src/limit.o src/store.o src/purge.o src/stats.o src/hooks.o
+	src/check.o src/apply.o src/unit.o src/limit.o src/store.o src/purge.o src/stats.o src/hooks.o \
+	src/cron.o
 
 EXTENSION = pklimit
 DATA = pklimit--0.1.0.sql pklimit--0.1.0--0.2.0.sql pklimit--0.2.0.sql
@@ -18,6 +19,10 @@ ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation \
 
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
+
+# libpq: pklimit_purge_job_error() connects as pg_cron does (src/cron.c)
+PG_CPPFLAGS = -I$(libpq_srcdir)
+SHLIB_LINK_INTERNAL = $(libpq)
 
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
 	-Wno-sign-compare -Wno-clobbered

@@ -20,7 +20,8 @@ BEGIN
 		SELECT ARRAY['platformkit_is_system', 'platformkit_limits', 'pklimit_allow',
 				'pklimit_check', 'pklimit_count', 'pklimit_forget', 'pklimit_purge',
 				'pklimit_purge_status', 'pklimit_schedule_purge', 'pklimit_check_all',
-				'pklimit_allow_all', 'pklimit_stats', 'pklimit_stats_reset']::pg_catalog.name[]),
+				'pklimit_allow_all', 'pklimit_stats', 'pklimit_stats_reset',
+				'pklimit_purge_job_error']::pg_catalog.name[]),
 	members AS (
 		SELECT d.classid, d.objid FROM pg_catalog.pg_depend d
 		 WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
@@ -226,19 +227,28 @@ $do$;
 
 -- From 0.2.0 nobody but the table's owner holds the privileges that let a
 -- role write the table, lock it against pklimit's writes or get around its
--- row level security (the GRANT guard leaves them out); 0.1.0 allowed
--- INSERT, UPDATE and DELETE to be granted.  SELECT grants stay.
+-- row level security, and only roles that bypass row level security hold
+-- SELECT, which would show any other role no row but let it learn the
+-- stored keys through EXPLAIN ANALYZE (the GRANT guard leaves them out);
+-- 0.1.0 allowed INSERT, UPDATE, DELETE and SELECT to be granted.
 DO $do$
 DECLARE
-	grantee_ text;
-	privileges text := 'INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER';
+	grant_ record;
+	writes text := 'INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER';
+	initial pg_catalog.aclitem[] := (SELECT i.initprivs FROM pg_catalog.pg_init_privs i
+		WHERE i.objoid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits'::pg_catalog.regclass
+		  AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+		  AND i.objsubid OPERATOR(pg_catalog.=) 0);
 BEGIN
 	IF pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog.>=) 170000 THEN
-		privileges := privileges OPERATOR(pg_catalog.||) ', MAINTAIN';
+		writes := writes OPERATOR(pg_catalog.||) ', MAINTAIN';
 	END IF;
-	FOR grantee_ IN
-		SELECT DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-			   ELSE pg_catalog.quote_ident(r.rolname) END
+	FOR grant_ IN
+		SELECT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+			   ELSE pg_catalog.quote_ident(r.rolname) END AS grantee,
+			   pg_catalog.bool_or(a.privilege_type OPERATOR(pg_catalog.<>) 'SELECT') AS writer,
+			   pg_catalog.bool_or(a.privilege_type OPERATOR(pg_catalog.=) 'SELECT'
+					AND NOT COALESCE(r.rolsuper OR r.rolbypassrls, false)) AS reader
 		FROM (SELECT c.relowner, c.relacl AS acl
 				FROM pg_catalog.pg_class c
 			   WHERE c.oid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits'::pg_catalog.regclass
@@ -251,11 +261,26 @@ BEGIN
 			 pg_catalog.aclexplode(o.acl) a
 			 LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
 		WHERE a.grantee OPERATOR(pg_catalog.<>) o.relowner
-		AND a.privilege_type OPERATOR(pg_catalog.<>) 'SELECT'
+		GROUP BY 1
 	LOOP
-		EXECUTE pg_catalog.format('REVOKE %s ON @extschema@.platformkit_limits FROM %s CASCADE',
-			privileges, grantee_);
+		IF grant_.writer OR grant_.reader THEN
+			EXECUTE pg_catalog.format('REVOKE %s ON @extschema@.platformkit_limits FROM %s CASCADE',
+				pg_catalog.concat_ws(', ', CASE WHEN grant_.writer THEN writes END,
+					CASE WHEN grant_.reader THEN 'SELECT' END),
+				grant_.grantee);
+		END IF;
 	END LOOP;
+	-- a REVOKE here records the table's whole ACL as the extension's initial
+	-- privileges: those stay what the install gave, so that pg_dump dumps
+	-- the grants that are left as a user's
+	UPDATE pg_catalog.pg_init_privs i SET initprivs = initial
+	 WHERE i.objoid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits'::pg_catalog.regclass
+	   AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+	   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	DELETE FROM pg_catalog.pg_init_privs i
+	 WHERE i.objoid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits'::pg_catalog.regclass
+	   AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+	   AND i.objsubid OPERATOR(pg_catalog.>) 0;
 END
 $do$;
 
@@ -335,6 +360,250 @@ BEGIN
 				 AND p.proname OPERATOR(pg_catalog.=) 'pklimit_stats')
 	LOOP
 		EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', grant_.obj, grant_.grantee);
+	END LOOP;
+END
+$do$;
+
+-- pklimit_purge_status takes a retention and shows the oldest window and
+-- how long it has outlived it, and pklimit_schedule_purge makes sure pg_cron
+-- can connect to run the purge: both are replaced, and so is the view on
+-- the first.  Their privileges are carried over (below); first kept in
+-- settings of this transaction.
+SELECT pg_catalog.set_config('pklimit_update.acl_' OPERATOR(pg_catalog.||) o.name,
+		COALESCE(o.acl::pg_catalog.text, ''), true)
+  FROM (SELECT 'purge_status' AS name, p.proacl AS acl FROM pg_catalog.pg_proc p
+		 WHERE p.oid OPERATOR(pg_catalog.=) '@extschema@.pklimit_purge_status()'::pg_catalog.regprocedure
+		UNION ALL
+		SELECT 'purge_status_view', c.relacl FROM pg_catalog.pg_class c
+		 WHERE c.oid OPERATOR(pg_catalog.=) '@extschema@.pklimit_purge_status'::pg_catalog.regclass
+		UNION ALL
+		SELECT 'schedule_purge', p.proacl FROM pg_catalog.pg_proc p
+		 WHERE p.oid OPERATOR(pg_catalog.=) '@extschema@.pklimit_schedule_purge(pg_catalog.text)'::pg_catalog.regprocedure) o;
+
+DROP VIEW @extschema@.pklimit_purge_status;
+DROP FUNCTION @extschema@.pklimit_purge_status();
+DROP FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text);
+
+CREATE FUNCTION @extschema@.pklimit_purge_status(
+	retention pg_catalog.interval DEFAULT '1 day',
+	OUT running pg_catalog.bool, OUT started_at pg_catalog.timestamptz,
+	OUT finished_at pg_catalog.timestamptz, OUT cutoff pg_catalog.timestamptz,
+	OUT deleted pg_catalog.int8, OUT failed pg_catalog.bool,
+	OUT oldest_window_end pg_catalog.timestamptz, OUT overdue pg_catalog.interval)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pklimit_purge_status_0_2'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pklimit_purge_status(pg_catalog.interval) IS
+'The purges of the current database: whether one runs, and of the last since the server started when it started and finished, its cutoff, rows deleted and whether it failed (NULL if none ran); the end of the oldest window in the table, and how long it has outlived retention (default 1 day): more than the schedule''s period means purges are not running.';
+
+CREATE VIEW @extschema@.pklimit_purge_status AS
+	SELECT * FROM @extschema@.pklimit_purge_status();
+
+COMMENT ON VIEW @extschema@.pklimit_purge_status IS
+'The purges of the current database, with the default retention of 1 day (see pklimit_purge_status(interval)).';
+
+REVOKE ALL ON FUNCTION @extschema@.pklimit_purge_status(pg_catalog.interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.pklimit_purge_status(pg_catalog.interval) TO pg_monitor;
+GRANT SELECT ON @extschema@.pklimit_purge_status TO pg_monitor;
+
+-- Whether pg_cron can run a job: the connection it makes to run one, made
+-- here (none is needed with cron.use_background_workers on).
+CREATE FUNCTION @extschema@.pklimit_purge_job_error(job pg_catalog.int8)
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'pklimit_purge_job_error'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_purge_job_error(pg_catalog.int8) IS
+'NULL if pg_cron can run its job job (with cron.use_background_workers off, it connects to the job''s nodename and nodeport as the job''s user, and this function makes that connection), else the error that connection meets.';
+
+REVOKE ALL ON FUNCTION @extschema@.pklimit_purge_job_error(pg_catalog.int8) FROM PUBLIC;
+
+-- Scheduling the purge with pg_cron.  pg_cron runs in one database
+-- (cron.database_name); pklimit schedules its purge there itself, and from
+-- any other database says how to schedule it from there.  Only the pg_cron
+-- extension's own functions are called, never a planted "cron" schema.
+-- With cron.use_background_workers off (its default) pg_cron runs a job
+-- over a connection to cron.host, localhost over TCP by default, where a
+-- stock server asks for a password pg_cron does not have, or which a server
+-- listening on a socket only refuses: where that connection fails and one
+-- to the server's own socket works, the job runs on the socket; where
+-- neither works, a WARNING says so and how to mend it.
+CREATE FUNCTION @extschema@.pklimit_schedule_purge(
+	schedule pg_catalog.text DEFAULT '0 * * * *')
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	cron_db text := pg_catalog.current_setting('cron.database_name', true);
+	command text := 'SELECT @extschema@.pklimit_purge()';
+	socket text := pg_catalog.btrim(pg_catalog.split_part(
+		pg_catalog.current_setting('unix_socket_directories', true), ',', 1), ' "');
+	job_id bigint;
+	job record;
+	problem text;
+	socket_problem text;
+BEGIN
+	IF schedule IS NULL THEN
+		RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
+			MESSAGE = 'schedule must not be null';
+	END IF;
+	IF cron_db IS NULL OR cron_db = '' THEN
+		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+			MESSAGE = 'pg_cron is not loaded, so the pklimit purge is not scheduled',
+			HINT = pg_catalog.format('Add pg_cron to shared_preload_libraries and restart, or run %s hourly from another scheduler.', command);
+	END IF;
+	IF cron_db OPERATOR(pg_catalog.<>) pg_catalog.current_database() THEN
+		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+			MESSAGE = pg_catalog.format('pg_cron runs in database %s, so the pklimit purge of database %s is not scheduled',
+				cron_db, pg_catalog.current_database()),
+			HINT = pg_catalog.format('Connected to database %s, run: SELECT cron.schedule_in_database(%L, %L, %L, %L);',
+				cron_db, 'pklimit-purge-' OPERATOR(pg_catalog.||) pg_catalog.current_database(),
+				schedule, command, pg_catalog.current_database());
+	END IF;
+	-- the schema "cron" must be the pg_cron extension's own
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+				   JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+				   WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+				   AND d.objid OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace('cron')
+				   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+				   AND d.deptype OPERATOR(pg_catalog.=) 'e'
+				   AND e.extname OPERATOR(pg_catalog.=) 'pg_cron') THEN
+		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+			MESSAGE = 'the pg_cron extension is not installed in this database, so the pklimit purge is not scheduled',
+			HINT = 'Run CREATE EXTENSION pg_cron; then SELECT pklimit_schedule_purge();';
+	END IF;
+	-- cron.schedule replaces a job of the same name and owner: never a
+	-- duplicate, and its nodename stays
+	EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO job_id
+		USING 'pklimit-purge', schedule, command;
+
+	problem := @extschema@.pklimit_purge_job_error(job_id);
+	IF problem IS NOT NULL AND socket OPERATOR(pg_catalog.<>) '' THEN
+		BEGIN
+			-- a superuser's change (pg_cron grants no UPDATE), undone if
+			-- the socket fails too
+			EXECUTE 'UPDATE cron.job SET nodename = $1 WHERE jobid OPERATOR(pg_catalog.=) $2'
+				USING socket, job_id;
+			socket_problem := @extschema@.pklimit_purge_job_error(job_id);
+			IF socket_problem IS NOT NULL THEN
+				RAISE EXCEPTION USING ERRCODE = 'no_data_found';
+			END IF;
+			problem := NULL;
+		EXCEPTION WHEN no_data_found OR insufficient_privilege THEN
+			NULL;
+		END;
+	END IF;
+	IF problem IS NOT NULL THEN
+		EXECUTE 'SELECT j.nodename, j.nodeport, j.database, j.username FROM cron.job j'
+			' WHERE j.jobid OPERATOR(pg_catalog.=) $1' INTO job USING job_id;
+		RAISE WARNING USING ERRCODE = 'object_not_in_prerequisite_state',
+			MESSAGE = pg_catalog.format('pg_cron cannot connect to run the pklimit purge (job %s): every run will fail',
+				job_id),
+			DETAIL = pg_catalog.format('pg_cron runs the job as role %s in database %s over a connection to %s, port %s, which fails: %s%s',
+				job.username, job.database, job.nodename, job.nodeport, problem,
+				CASE WHEN socket_problem IS NOT NULL THEN pg_catalog.format('; over the server''s socket %s: %s',
+					socket, socket_problem) ELSE '' END),
+			HINT = pg_catalog.format('Set cron.use_background_workers = on in postgresql.conf and restart the server (each run then takes a background worker slot: count one more in max_worker_processes); or let role %s connect to database %s from the server itself without a password (a pg_hba.conf line, or a password file of the server''s operating-system user). SELECT pklimit_purge_job_error(%s) is NULL once pg_cron can.',
+				job.username, job.database, job_id);
+	END IF;
+	RETURN job_id;
+END
+$fn$;
+
+COMMENT ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) IS
+'Schedules SELECT pklimit_purge() as the pg_cron job pklimit-purge (default: hourly, 0 * * * *) and returns its job id; a job pg_cron could not connect to run is moved to the server''s socket if that works, or a WARNING says how to mend it. Where pg_cron cannot be reached from this database, raises 55000 with a hint giving the call to run instead.';
+
+REVOKE ALL ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) FROM PUBLIC;
+
+-- Default privileges (ALTER DEFAULT PRIVILEGES) may have granted something
+-- on the objects just made: they get exactly the privileges of those they
+-- replace, as the grants of a user, which pg_dump dumps (their initial
+-- privileges stay those this script gave, as at install).
+DO $do$
+DECLARE
+	o record;
+	obj record;
+	change record;
+	fresh pg_catalog.aclitem[];
+	saved pg_catalog.aclitem[];
+BEGIN
+	FOR o IN
+		SELECT v.kind, v.object, v.name, v.classid
+		FROM (VALUES ('FUNCTION', '@extschema@.pklimit_purge_status(pg_catalog.interval)',
+					  'purge_status', 'pg_catalog.pg_proc'::pg_catalog.regclass),
+					 ('TABLE', '@extschema@.pklimit_purge_status',
+					  'purge_status_view', 'pg_catalog.pg_class'::pg_catalog.regclass),
+					 ('FUNCTION', '@extschema@.pklimit_schedule_purge(pg_catalog.text)',
+					  'schedule_purge', 'pg_catalog.pg_proc'::pg_catalog.regclass)) v(kind, object, name, classid)
+	LOOP
+		IF o.kind OPERATOR(pg_catalog.=) 'FUNCTION' THEN
+			SELECT p.oid, p.proacl AS acl, p.proowner AS owner INTO obj FROM pg_catalog.pg_proc p
+			 WHERE p.oid OPERATOR(pg_catalog.=) o.object::pg_catalog.regprocedure;
+		ELSE
+			SELECT c.oid, c.relacl AS acl, c.relowner AS owner INTO obj FROM pg_catalog.pg_class c
+			 WHERE c.oid OPERATOR(pg_catalog.=) o.object::pg_catalog.regclass;
+		END IF;
+		fresh := obj.acl;
+		saved := NULLIF(pg_catalog.current_setting('pklimit_update.acl_' OPERATOR(pg_catalog.||) o.name),
+						'')::pg_catalog.aclitem[];
+		-- 0.1.0 gave each of them privileges of its own: NULL only if set so by hand
+		saved := COALESCE(saved, pg_catalog.acldefault(
+			(CASE o.kind WHEN 'FUNCTION' THEN 'f' ELSE 'r' END)::pg_catalog."char", obj.owner));
+		FOR change IN
+			SELECT 'REVOKE' AS verb, f.privilege_type, f.grantee, false AS is_grantable
+			  FROM pg_catalog.aclexplode(fresh) f
+			 WHERE f.grantee OPERATOR(pg_catalog.<>) obj.owner
+			   AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(saved) s
+								WHERE s.grantee OPERATOR(pg_catalog.=) f.grantee
+								  AND s.privilege_type OPERATOR(pg_catalog.=) f.privilege_type)
+			UNION ALL
+			SELECT 'GRANT', s.privilege_type, s.grantee, s.is_grantable
+			  FROM pg_catalog.aclexplode(saved) s
+			 WHERE s.grantee OPERATOR(pg_catalog.<>) obj.owner
+			   AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(fresh) f
+								WHERE f.grantee OPERATOR(pg_catalog.=) s.grantee
+								  AND f.privilege_type OPERATOR(pg_catalog.=) s.privilege_type
+								  AND f.is_grantable OPERATOR(pg_catalog.=) s.is_grantable)
+		LOOP
+			EXECUTE pg_catalog.format('%s %s ON %s %s %s %s%s', change.verb, change.privilege_type,
+				o.kind, o.object, CASE change.verb WHEN 'GRANT' THEN 'TO' ELSE 'FROM' END,
+				CASE WHEN change.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+					 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(change.grantee)) END,
+				CASE WHEN change.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+		END LOOP;
+		UPDATE pg_catalog.pg_init_privs i SET initprivs = fresh
+		 WHERE i.objoid OPERATOR(pg_catalog.=) obj.oid
+		   AND i.classoid OPERATOR(pg_catalog.=) o.classid
+		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	END LOOP;
+END
+$do$;
+
+-- A purge job of 0.1.0 runs where cron.host said when it was scheduled:
+-- scheduled again, as pklimit_schedule_purge does it (the same job, moved to
+-- the server's socket where only that connects, or a WARNING).
+DO $do$
+DECLARE
+	job record;
+BEGIN
+	IF pg_catalog.current_setting('cron.database_name', true) IS DISTINCT FROM pg_catalog.current_database()
+	   OR NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+					  JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+					  WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+					  AND d.objid OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace('cron')
+					  AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+					  AND d.deptype OPERATOR(pg_catalog.=) 'e'
+					  AND e.extname OPERATOR(pg_catalog.=) 'pg_cron') THEN
+		RETURN;
+	END IF;
+	FOR job IN EXECUTE 'SELECT j.schedule FROM cron.job j'
+		' WHERE j.jobname OPERATOR(pg_catalog.=) ''pklimit-purge'''
+		' AND j.database OPERATOR(pg_catalog.=) pg_catalog.current_database()'
+		' AND j.username OPERATOR(pg_catalog.=) CURRENT_USER'
+	LOOP
+		PERFORM @extschema@.pklimit_schedule_purge(job.schedule);
 	END LOOP;
 END
 $do$;

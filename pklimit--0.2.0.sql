@@ -18,7 +18,7 @@ BEGIN
 				'pklimit_check', 'pklimit_count', 'pklimit_forget', 'pklimit_purge',
 				'pklimit_purge_status', 'pklimit_schedule_purge', 'pklimit_check_all',
 				'pklimit_allow_all', 'pklimit_stats', 'pklimit_stats_reset',
-				'platformkit_limits_pkey',
+				'pklimit_purge_job_error', 'platformkit_limits_pkey',
 				'platformkit_limits_window_end_idx']::pg_catalog.name[])
 	SELECT pg_catalog.string_agg(o.kind OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) o.name,
 			', ' ORDER BY o.name, o.kind)
@@ -185,24 +185,26 @@ COMMENT ON FUNCTION @extschema@.pklimit_purge(pg_catalog.interval) IS
 REVOKE ALL ON FUNCTION @extschema@.pklimit_purge(pg_catalog.interval) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.pklimit_purge_status(
+	retention pg_catalog.interval DEFAULT '1 day',
 	OUT running pg_catalog.bool, OUT started_at pg_catalog.timestamptz,
 	OUT finished_at pg_catalog.timestamptz, OUT cutoff pg_catalog.timestamptz,
-	OUT deleted pg_catalog.int8, OUT failed pg_catalog.bool)
-RETURNS SETOF record
-AS 'MODULE_PATHNAME', 'pklimit_purge_status'
+	OUT deleted pg_catalog.int8, OUT failed pg_catalog.bool,
+	OUT oldest_window_end pg_catalog.timestamptz, OUT overdue pg_catalog.interval)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pklimit_purge_status_0_2'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 
-COMMENT ON FUNCTION @extschema@.pklimit_purge_status() IS
-'The last purge of the current database since the server started: whether it runs, when it started and finished, its cutoff, rows deleted and whether it failed. No row if none ran.';
+COMMENT ON FUNCTION @extschema@.pklimit_purge_status(pg_catalog.interval) IS
+'The purges of the current database: whether one runs, and of the last since the server started when it started and finished, its cutoff, rows deleted and whether it failed (NULL if none ran); the end of the oldest window in the table, and how long it has outlived retention (default 1 day): more than the schedule''s period means purges are not running.';
 
 CREATE VIEW @extschema@.pklimit_purge_status AS
 	SELECT * FROM @extschema@.pklimit_purge_status();
 
 COMMENT ON VIEW @extschema@.pklimit_purge_status IS
-'The last purge of the current database since the server started (see pklimit_purge_status()).';
+'The purges of the current database, with the default retention of 1 day (see pklimit_purge_status(interval)).';
 
-REVOKE ALL ON FUNCTION @extschema@.pklimit_purge_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.pklimit_purge_status() TO pg_monitor;
+REVOKE ALL ON FUNCTION @extschema@.pklimit_purge_status(pg_catalog.interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.pklimit_purge_status(pg_catalog.interval) TO pg_monitor;
 GRANT SELECT ON @extschema@.pklimit_purge_status TO pg_monitor;
 
 -- Statistics, as pg_stat_statements keeps them: per database, from server
@@ -248,10 +250,28 @@ REVOKE ALL ON FUNCTION @extschema@.pklimit_stats_reset(pg_catalog.oid) FROM PUBL
 GRANT EXECUTE ON FUNCTION @extschema@.pklimit_stats() TO pg_read_all_stats;
 GRANT SELECT ON @extschema@.pklimit_stats TO pg_read_all_stats;
 
+-- Whether pg_cron can run a job: the connection it makes to run one, made
+-- here (none is needed with cron.use_background_workers on).
+CREATE FUNCTION @extschema@.pklimit_purge_job_error(job pg_catalog.int8)
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'pklimit_purge_job_error'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_purge_job_error(pg_catalog.int8) IS
+'NULL if pg_cron can run its job job (with cron.use_background_workers off, it connects to the job''s nodename and nodeport as the job''s user, and this function makes that connection), else the error that connection meets.';
+
+REVOKE ALL ON FUNCTION @extschema@.pklimit_purge_job_error(pg_catalog.int8) FROM PUBLIC;
+
 -- Scheduling the purge with pg_cron.  pg_cron runs in one database
 -- (cron.database_name); pklimit schedules its purge there itself, and from
 -- any other database says how to schedule it from there.  Only the pg_cron
 -- extension's own functions are called, never a planted "cron" schema.
+-- With cron.use_background_workers off (its default) pg_cron runs a job
+-- over a connection to cron.host, localhost over TCP by default, where a
+-- stock server asks for a password pg_cron does not have, or which a server
+-- listening on a socket only refuses: where that connection fails and one
+-- to the server's own socket works, the job runs on the socket; where
+-- neither works, a WARNING says so and how to mend it.
 CREATE FUNCTION @extschema@.pklimit_schedule_purge(
 	schedule pg_catalog.text DEFAULT '0 * * * *')
 RETURNS pg_catalog.int8
@@ -261,7 +281,12 @@ AS $fn$
 DECLARE
 	cron_db text := pg_catalog.current_setting('cron.database_name', true);
 	command text := 'SELECT @extschema@.pklimit_purge()';
+	socket text := pg_catalog.btrim(pg_catalog.split_part(
+		pg_catalog.current_setting('unix_socket_directories', true), ',', 1), ' "');
 	job_id bigint;
+	job record;
+	problem text;
+	socket_problem text;
 BEGIN
 	IF schedule IS NULL THEN
 		RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
@@ -292,15 +317,46 @@ BEGIN
 			MESSAGE = 'the pg_cron extension is not installed in this database, so the pklimit purge is not scheduled',
 			HINT = 'Run CREATE EXTENSION pg_cron; then SELECT pklimit_schedule_purge();';
 	END IF;
-	-- cron.schedule replaces a job of the same name and owner: never a duplicate
+	-- cron.schedule replaces a job of the same name and owner: never a
+	-- duplicate, and its nodename stays
 	EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO job_id
 		USING 'pklimit-purge', schedule, command;
+
+	problem := @extschema@.pklimit_purge_job_error(job_id);
+	IF problem IS NOT NULL AND socket OPERATOR(pg_catalog.<>) '' THEN
+		BEGIN
+			-- a superuser's change (pg_cron grants no UPDATE), undone if
+			-- the socket fails too
+			EXECUTE 'UPDATE cron.job SET nodename = $1 WHERE jobid OPERATOR(pg_catalog.=) $2'
+				USING socket, job_id;
+			socket_problem := @extschema@.pklimit_purge_job_error(job_id);
+			IF socket_problem IS NOT NULL THEN
+				RAISE EXCEPTION USING ERRCODE = 'no_data_found';
+			END IF;
+			problem := NULL;
+		EXCEPTION WHEN no_data_found OR insufficient_privilege THEN
+			NULL;
+		END;
+	END IF;
+	IF problem IS NOT NULL THEN
+		EXECUTE 'SELECT j.nodename, j.nodeport, j.database, j.username FROM cron.job j'
+			' WHERE j.jobid OPERATOR(pg_catalog.=) $1' INTO job USING job_id;
+		RAISE WARNING USING ERRCODE = 'object_not_in_prerequisite_state',
+			MESSAGE = pg_catalog.format('pg_cron cannot connect to run the pklimit purge (job %s): every run will fail',
+				job_id),
+			DETAIL = pg_catalog.format('pg_cron runs the job as role %s in database %s over a connection to %s, port %s, which fails: %s%s',
+				job.username, job.database, job.nodename, job.nodeport, problem,
+				CASE WHEN socket_problem IS NOT NULL THEN pg_catalog.format('; over the server''s socket %s: %s',
+					socket, socket_problem) ELSE '' END),
+			HINT = pg_catalog.format('Set cron.use_background_workers = on in postgresql.conf and restart the server (each run then takes a background worker slot: count one more in max_worker_processes); or let role %s connect to database %s from the server itself without a password (a pg_hba.conf line, or a password file of the server''s operating-system user). SELECT pklimit_purge_job_error(%s) is NULL once pg_cron can.',
+				job.username, job.database, job_id);
+	END IF;
 	RETURN job_id;
 END
 $fn$;
 
 COMMENT ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) IS
-'Schedules SELECT pklimit_purge() as the pg_cron job pklimit-purge (default: hourly, 0 * * * *) and returns its job id; where pg_cron cannot be reached from this database, raises 55000 with a hint giving the call to run instead.';
+'Schedules SELECT pklimit_purge() as the pg_cron job pklimit-purge (default: hourly, 0 * * * *) and returns its job id; a job pg_cron could not connect to run is moved to the server''s socket if that works, or a WARNING says how to mend it. Where pg_cron cannot be reached from this database, raises 55000 with a hint giving the call to run instead.';
 
 REVOKE ALL ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) FROM PUBLIC;
 

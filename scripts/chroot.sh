@@ -16,6 +16,7 @@
 # (about a minute).
 
 set -euo pipefail
+source "$(dirname "$0")/apt.sh"
 
 major=${1:?usage: scripts/chroot.sh <15|17|18> [command ...]}
 shift
@@ -64,8 +65,8 @@ in_chroot() { chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/roo
 
 if [ ! -e "$root/.pklimit-ready" ]; then
 	command -v debootstrap >/dev/null || {
-		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+		apt_get update -qq
+		apt_get install -y -qq --no-install-recommends debootstrap >/dev/null
 	}
 	rm -rf "$root"
 	mkdir -p "$(dirname "$root")"

@@ -6,6 +6,7 @@
 # PostgreSQL refuses to run as root.  The cluster is removed on exit.
 
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 
 PG_MAJOR=${PG_MAJOR:-15}
 PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
@@ -25,9 +26,8 @@ install_packages() {
 	done
 	if [ ${#missing[@]} -gt 0 ]; then
 		log "installing ${missing[*]}"
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -qq
-		apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+		apt_get update -qq
+		apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 	fi
 }
 

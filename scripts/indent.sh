@@ -18,8 +18,9 @@ check=0
 
 if ! command -v pg_bsd_indent >/dev/null; then
 	[ "$(id -u)" = 0 ] || { echo "scripts/indent.sh: install pg-bsd-indent" >&2; exit 2; }
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends pg-bsd-indent >/dev/null
+	source scripts/apt.sh
+	apt_get update -qq
+	apt_get install -y -qq --no-install-recommends pg-bsd-indent >/dev/null
 fi
 PG_CONFIG=${PG_CONFIG:-pg_config}
 includes=$($PG_CONFIG --includedir-server)

@@ -71,7 +71,7 @@ SELECT count(*) AS rows_visible_directly FROM platformkit_limits;
 SELECT pklimit_purge();
 RESET ROLE;
 SELECT key FROM platformkit_limits ORDER BY key COLLATE "C";
--- and DELETE on the table cannot be granted to it (pklimit_grants)
+-- and neither DELETE nor SELECT on the table can be granted to it (pklimit_grants)
 \set VERBOSITY terse
 GRANT SELECT, DELETE ON platformkit_limits TO regress_pklimit_purger;
 \set VERBOSITY default

@@ -55,7 +55,8 @@ SET pklimit.is_system = on;
 SELECT platformkit_is_system();
 RESET ROLE;
 
--- a role granted SELECT still sees no row, and cannot change any
+-- a role granted everything on the table (SELECT left out: pklimit_grants) reads
+-- and changes no row
 SET ROLE regress_pklimit_granted;
 SELECT count(*) FROM platformkit_limits;
 UPDATE platformkit_limits SET count = 0;

@@ -51,3 +51,28 @@ ROLLBACK;
 -- is served again
 SELECT pklimit_count('unreachable');
 SELECT allowed, count, status FROM pklimit_check('unreachable', 5, '36500 days');
+
+-- a worker's error reaches the caller whole: the message of a constraint
+-- the owner added, longer than 127 bytes
+ALTER TABLE platformkit_limits ADD CONSTRAINT
+  regress_a_check_constraint_whose_name_takes_sixty_three_bytes__
+  CHECK (key <> 'g:constrained' OR count < 2) NOT VALID;
+SELECT allowed, status FROM pklimit_check('constrained', 5, '36500 days');
+SELECT allowed, status FROM pklimit_check('constrained', 5, '36500 days');
+ALTER TABLE platformkit_limits
+  DROP CONSTRAINT regress_a_check_constraint_whose_name_takes_sixty_three_bytes__;
+-- and one longer than 512 bytes is cut there, ending in " [...]"
+CREATE FUNCTION public.regress_refuse(n bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  IF n >= 2 THEN
+    RAISE EXCEPTION 'refused: %', repeat('x', 600);
+  END IF;
+  RETURN true;
+END
+$$;
+ALTER TABLE platformkit_limits ADD CONSTRAINT regress_refused
+  CHECK (key <> 'g:constrained' OR public.regress_refuse(count)) NOT VALID;
+SELECT allowed, status FROM pklimit_check('constrained', 5, '36500 days');
+ALTER TABLE platformkit_limits DROP CONSTRAINT regress_refused;
+DROP FUNCTION public.regress_refuse(bigint);
+SELECT pklimit_forget('constrained');

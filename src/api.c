@@ -200,6 +200,7 @@ pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
 		requests[i].group_size = n;
 		requests[i].track_stats = pklimit_track_stats;
 	}
+	pklimit_stats_claim();
 	pklimit_submit(requests, answers, n);
 	if (answers[0].status == PKLIMIT_OK && answers[0].unreplicated)
 		ereport(WARNING,
@@ -258,11 +259,11 @@ unavailable_reason(const PklimitAnswer *answer, PklimitCaller caller,
 							   pklimit_timeout);
 			return ERRCODE_QUERY_CANCELED;
 		case PKLIMIT_QUEUE_FULL:
-			*detail = psprintf("All %d slots of the request queue are in use (pklimit.queue_size).",
-							   pklimit_queue_size);
+			*detail = psprintf("The request queue had no slot for this database: of its %d slots (pklimit.queue_size), each database with a worker keeps %d, and the rest were in use.",
+							   pklimit_queue_size, pklimit_queue_share());
 			return ERRCODE_INSUFFICIENT_RESOURCES;
 		case PKLIMIT_NO_WORKER:
-			*detail = pstrdup("No pklimit worker could be started for this database; see max_worker_processes and pklimit.max_workers.");
+			*detail = pstrdup("No pklimit worker serves this database, and none could be started; see max_worker_processes, pklimit.max_workers and pklimit.databases.");
 			return ERRCODE_INSUFFICIENT_RESOURCES;
 		case PKLIMIT_READ_ONLY:
 			*detail = pstrdup("The server is a hot standby or refused the write as read-only; pklimit records events on the primary.");

@@ -31,6 +31,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "executor/spi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "replication/syncrep.h"
@@ -231,6 +232,8 @@ pklimit_report_idle(void)
 void
 pklimit_answer_error(PklimitAnswer *answer, const ErrorData *edata)
 {
+	int			len;
+
 	memset(answer, 0, sizeof(*answer));
 	switch (edata->sqlerrcode)
 	{
@@ -248,8 +251,18 @@ pklimit_answer_error(PklimitAnswer *answer, const ErrorData *edata)
 			break;
 	}
 	answer->sqlstate = edata->sqlerrcode;
-	strlcpy(answer->message, edata->message ? edata->message : "",
-			sizeof(answer->message));
+	if (edata->message == NULL)
+		return;
+	len = strlen(edata->message);
+	if (len <= PKLIMIT_MESSAGE_MAX)
+		memcpy(answer->message, edata->message, len + 1);
+	else
+	{
+		len = pg_mbcliplen(edata->message, len,
+						   PKLIMIT_MESSAGE_MAX - strlen(PKLIMIT_MESSAGE_CUT));
+		memcpy(answer->message, edata->message, len);
+		strcpy(answer->message + len, PKLIMIT_MESSAGE_CUT);
+	}
 }
 
 /* Answer an entry without applying it. */

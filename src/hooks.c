@@ -4,7 +4,8 @@
  *		The ProcessUtility guards, installed at preload: statements that need
  *		a database to themselves make its worker leave first; DROP EXTENSION
  *		pklimit takes its pg_cron job with it; a GRANT that would get around
- *		the row level security of pklimit's table is refused, and so is, to
+ *		the row level security of pklimit's table, or let a role it applies
+ *		to read the table's stored keys, is taken back, and so is, to
  *		anyone but the table's owner, a statement that would lock the table
  *		against pklimit's writes.  The object access hook keeps pklimit's
  *		names in its schema pklimit's.  Nothing here records events or
@@ -64,6 +65,14 @@
 #define FORBIDDEN_PRIVILEGE_NAMES \
 	"INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER" PKLIMIT_MAINTAIN_NAME
 
+/*
+ * SELECT shows no row to a role row level security applies to, but the
+ * planner checks a query's key conditions in the index before the policy,
+ * so EXPLAIN ANALYZE's filter counts would tell that role which keys are
+ * stored: only roles that bypass row level security may hold it.
+ */
+#define READ_PRIVILEGES ACL_SELECT
+
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 static object_access_hook_type prev_object_access = NULL;
 
@@ -83,26 +92,6 @@ drops_pklimit(Node *parsetree)
 			return true;
 	}
 	return false;
-}
-
-/*
- * Remove the pg_cron job that CREATE EXTENSION scheduled, in the same
- * transaction as DROP EXTENSION, so no job is left calling a dropped
- * function.  Only pg_cron's own functions are called.
- */
-static void
-unschedule_purge(void)
-{
-	if (!OidIsValid(get_extension_oid("pg_cron", true)))
-		return;
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute("SELECT cron.unschedule(j.jobid) FROM cron.job j"
-					" WHERE j.jobname OPERATOR(pg_catalog.=) 'pklimit-purge'"
-					" AND j.database OPERATOR(pg_catalog.=) pg_catalog.current_database()",
-					false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not unschedule the pklimit purge");
-	SPI_finish();
 }
 
 /* The schema of the installed pklimit extension, or InvalidOid. */
@@ -139,40 +128,64 @@ pklimit_table(void)
 		InvalidOid;
 }
 
+/* The roles that hold privileges they may not on pklimit's table. */
+typedef struct Grantees
+{
+	List	   *writers;		/* hold one of FORBIDDEN_PRIVILEGES */
+	List	   *readers;		/* hold SELECT, but obey row level security */
+} Grantees;
+
+/* Does row level security apply to a grantee (ACL_ID_PUBLIC: PUBLIC)? */
+static bool
+obeys_row_security(Oid grantee)
+{
+	return grantee == ACL_ID_PUBLIC || !has_bypassrls_privilege(grantee);
+}
+
 /*
- * The roles other than the owner that hold one of FORBIDDEN_PRIVILEGES on
- * the table or one of its columns, added to *grantees (ACL_ID_PUBLIC for
+ * The roles other than the owner that hold privileges they may not on the
+ * table or one of its columns, added to *grantees (ACL_ID_PUBLIC for
  * PUBLIC).
  */
 static void
-add_forbidden_grantees(Datum aclDatum, Oid owner, List **grantees)
+add_forbidden_grantees(Datum aclDatum, Oid owner, Grantees *grantees)
 {
 	Acl		   *acl = DatumGetAclP(aclDatum);
 	AclItem    *items = ACL_DAT(acl);
 
 	for (int i = 0; i < ACL_NUM(acl); i++)
-		if (items[i].ai_grantee != owner &&
-			(ACLITEM_GET_PRIVS(items[i]) & FORBIDDEN_PRIVILEGES))
-			*grantees = list_append_unique_oid(*grantees, items[i].ai_grantee);
+	{
+		Oid			grantee = items[i].ai_grantee;
+		AclMode		privs = ACLITEM_GET_PRIVS(items[i]);
+
+		if (grantee == owner)
+			continue;
+		if (privs & FORBIDDEN_PRIVILEGES)
+			grantees->writers = list_append_unique_oid(grantees->writers,
+													   grantee);
+		if ((privs & READ_PRIVILEGES) && obeys_row_security(grantee))
+			grantees->readers = list_append_unique_oid(grantees->readers,
+													   grantee);
+	}
 }
 
-static List *
-forbidden_grantees(Oid relid, Oid *owner)
+static bool
+forbidden_grantees(Oid relid, Oid *owner, Grantees *grantees)
 {
-	List	   *grantees = NIL;
 	HeapTuple	tuple;
 	Datum		aclDatum;
 	bool		isnull;
 	int			natts;
 
+	grantees->writers = grantees->readers = NIL;
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tuple))
-		return NIL;
+		return false;
 	*owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	natts = ((Form_pg_class) GETSTRUCT(tuple))->relnatts;
 	aclDatum = SysCacheGetAttr(RELOID, tuple, Anum_pg_class_relacl, &isnull);
 	if (!isnull)
-		add_forbidden_grantees(aclDatum, *owner, &grantees);
+		add_forbidden_grantees(aclDatum, *owner, grantees);
 	ReleaseSysCache(tuple);
 
 	for (AttrNumber att = 1; att <= natts; att++)
@@ -184,27 +197,29 @@ forbidden_grantees(Oid relid, Oid *owner)
 		aclDatum = SysCacheGetAttr(ATTNUM, tuple, Anum_pg_attribute_attacl,
 								   &isnull);
 		if (!isnull)
-			add_forbidden_grantees(aclDatum, *owner, &grantees);
+			add_forbidden_grantees(aclDatum, *owner, grantees);
 		ReleaseSysCache(tuple);
 	}
-	return grantees;
+	return grantees->writers != NIL || grantees->readers != NIL;
 }
 
 /*
- * Revoke FORBIDDEN_PRIVILEGES on the table (and so on its columns) from the
+ * Revoke privileges on the table (and so on its columns) from the
  * grantees, as the table's owner, the grantor of every privilege on it.
  */
 static void
-revoke_forbidden(Oid relid, Oid owner, List *grantees)
+revoke_privileges(Oid relid, Oid owner, const char *privileges,
+				  List *grantees)
 {
 	StringInfoData sql;
 	ListCell   *lc;
 	Oid			save_userid;
 	int			save_sec_context;
 
+	if (grantees == NIL)
+		return;
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "REVOKE %s ON TABLE %s FROM ",
-					 FORBIDDEN_PRIVILEGE_NAMES,
+	appendStringInfo(&sql, "REVOKE %s ON TABLE %s FROM ", privileges,
 					 quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
 												get_rel_name(relid)));
 	foreach(lc, grantees)
@@ -231,33 +246,42 @@ revoke_forbidden(Oid relid, Oid owner, List *grantees)
  * After a GRANT on tables: the privileges that let a role other than the
  * owner write pklimit's table, lock it against pklimit's writes, or get
  * around its row level security (TRUNCATE empties it, a foreign key probes
- * it, a trigger runs inside pklimit's statements) are taken back, and the
- * GRANT succeeds with a WARNING for every other table and privilege.
+ * it, a trigger runs inside pklimit's statements), and SELECT for a role
+ * that obeys row level security (it would show no row, only which keys are
+ * stored), are taken back, and the GRANT succeeds with a WARNING for every
+ * other table and privilege.
  */
 static void
 guard_grant(void)
 {
 	Oid			relid = pklimit_table();
 	Oid			owner = InvalidOid;
-	List	   *grantees;
+	Grantees	grantees;
+	bool		writers;
+	bool		readers;
 
-	if (!OidIsValid(relid) ||
-		(grantees = forbidden_grantees(relid, &owner)) == NIL)
+	if (!OidIsValid(relid) || !forbidden_grantees(relid, &owner, &grantees))
 		return;
-	revoke_forbidden(relid, owner, grantees);
+	writers = (grantees.writers != NIL);
+	readers = (grantees.readers != NIL);
+	revoke_privileges(relid, owner, FORBIDDEN_PRIVILEGE_NAMES, grantees.writers);
+	revoke_privileges(relid, owner, "SELECT", grantees.readers);
 	CommandCounterIncrement();
-	if (forbidden_grantees(relid, &owner) != NIL)
+	if (forbidden_grantees(relid, &owner, &grantees))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("privileges on pklimit's table \"platformkit_limits\" cannot be granted"),
-				 errdetail("Only the table's owner may hold %s on it.",
+				 errdetail("Only the table's owner may hold %s on it, and SELECT only a role that bypasses row level security.",
 						   FORBIDDEN_PRIVILEGE_NAMES)));
 	ereport(WARNING,
 			(errcode(ERRCODE_WARNING_PRIVILEGE_NOT_GRANTED),
 			 errmsg("privileges on pklimit's table \"platformkit_limits\" were left out of the GRANT"),
-			 errdetail("Only the table's owner may hold %s on it: they would let another role write or lock the table, or get around its row level security.",
-					   FORBIDDEN_PRIVILEGE_NAMES),
-			 errhint("Applications reach the table through pklimit's functions; SELECT can be granted, and shows no row.")));
+			 errdetail("%s%s%s",
+					   writers ? psprintf("Only the table's owner may hold %s on it: they would let another role write or lock the table, or get around its row level security.",
+										  FORBIDDEN_PRIVILEGE_NAMES) : "",
+					   writers && readers ? " " : "",
+					   readers ? "SELECT is left out for roles that row level security applies to: it would show them no row, but let them learn which keys are stored." : ""),
+			 errhint("Applications reach the table through pklimit's functions; a role that must read every row needs BYPASSRLS.")));
 }
 
 static Oid
@@ -681,7 +705,7 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
 								params, queryEnv, dest, qc);
 	if (dropping_pklimit)
-		unschedule_purge();
+		pklimit_cron_unschedule();
 	if (OidIsValid(dropped_database))
 		pklimit_stats_forget_database(dropped_database);
 	if (granting)

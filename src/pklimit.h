@@ -24,6 +24,7 @@
  *	store.c		the statements on platformkit_limits
  *	purge.c		the purge, from the SQL call to the worker's steps and status
  *	stats.c		the counters behind pklimit_stats, and its SQL functions
+ *	cron.c		what pklimit needs of pg_cron: can a job run, and unschedule
  *	hooks.c		the ProcessUtility guards and the object access hook
  *	pklimit.c	module load: settings, hooks, shared memory, wait events
  *
@@ -174,6 +175,14 @@ typedef struct PklimitRequest
 	char		key[PKLIMIT_MAX_READABLE_KEY + 1];	/* stored key */
 } PklimitRequest;
 
+/*
+ * The longest message of a worker's error that reaches its caller, in bytes
+ * of the database encoding; a longer one is cut at a character boundary and
+ * ends in PKLIMIT_MESSAGE_CUT.  The worker logs it whole.
+ */
+#define PKLIMIT_MESSAGE_MAX 512
+#define PKLIMIT_MESSAGE_CUT " [...]"
+
 /* The worker's answer to one request. */
 typedef struct PklimitAnswer
 {
@@ -181,7 +190,7 @@ typedef struct PklimitAnswer
 	bool		unreplicated;	/* committed locally, not confirmed by the
 								 * synchronous standbys */
 	int			sqlstate;		/* for a store error */
-	char		message[128];	/* for a store error */
+	char		message[PKLIMIT_MESSAGE_MAX + 1];	/* for a store error */
 	PklimitResult result;
 } PklimitAnswer;
 
@@ -342,6 +351,7 @@ extern bool pklimit_queue_abandoned(int slot);
 extern bool pklimit_queue_has_work(Oid dboid);
 extern void pklimit_queue_release_worker(int worker);
 extern void pklimit_queue_depths(const Oid *dboids, int64 *depths, int n);
+extern int	pklimit_queue_share(void);
 
 /* registry.c: the workers, one per database */
 extern Size pklimit_registry_shmem_size(void);
@@ -358,6 +368,7 @@ extern void pklimit_registry_served(Oid dboid);
 extern bool pklimit_registry_retire(void);
 extern void pklimit_terminate_workers(Oid dboid);
 extern pid_t pklimit_registry_worker_pid(Oid dboid);
+extern int	pklimit_registry_sharers(Oid *dboids);
 
 /* worker.c */
 extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
@@ -402,6 +413,8 @@ extern bool pklimit_store_forget(const PklimitTable *table,
 								 const char *stored_key);
 extern int64 pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff,
 								 int64 limit, TimestampTz *from);
+extern bool pklimit_store_oldest_window_end(Oid nspid, TimestampTz *oldest,
+											bool *found);
 extern bool pklimit_in_system;
 
 /* unit.c: one unit of the worker's transaction */
@@ -433,6 +446,7 @@ extern void pklimit_purge_fail_running(void);
 /* stats.c: the counters of pklimit_stats */
 extern Size pklimit_stats_shmem_size(void);
 extern void pklimit_stats_shmem_init(void);
+extern void pklimit_stats_claim(void);
 extern void pklimit_stats_add(PklimitStat stat, uint64 n);
 extern void pklimit_stats_call(PklimitStatus status, bool allowed, bool shadow,
 							   TimestampTz started);
@@ -440,5 +454,8 @@ extern void pklimit_stats_forget_database(Oid dboid);
 
 /* hooks.c */
 extern void pklimit_install_hooks(void);
+
+/* cron.c: what pklimit needs of pg_cron */
+extern void pklimit_cron_unschedule(void);
 
 #endif							/* PKLIMIT_H */

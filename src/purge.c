@@ -26,6 +26,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
@@ -33,6 +34,7 @@
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
@@ -423,39 +425,102 @@ pklimit_purge(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(answer.result.count);
 }
 
-/* The last purge of the current database since the server started. */
+/* The status of the current database's last purge: false if none ran. */
+static bool
+last_status(PurgeStatus *status)
+{
+	bool		found = false;
+
+	pklimit_check_preloaded();
+	LWLockAcquire(pklimit_lock, LW_SHARED);
+	for (int i = 0; i < pklimit_max_workers && !found; i++)
+	{
+		if (statuses[i].dboid == MyDatabaseId)
+		{
+			*status = statuses[i];
+			found = true;
+		}
+	}
+	LWLockRelease(pklimit_lock);
+	return found;
+}
+
+/* The columns of the last purge, from values[0] on: six of them. */
+static void
+status_columns(const PurgeStatus *status, bool found, Datum *values,
+			   bool *nulls)
+{
+	values[0] = BoolGetDatum(found && status->running);
+	values[1] = TimestampTzGetDatum(status->started_at);
+	values[2] = TimestampTzGetDatum(status->finished_at);
+	values[3] = TimestampTzGetDatum(status->cutoff);
+	values[4] = Int64GetDatum(status->deleted);
+	values[5] = BoolGetDatum(status->failed);
+	for (int i = 1; i < 6; i++)
+		nulls[i] = !found;
+	nulls[2] |= status->running;
+}
+
+/*
+ * The last purge of the current database since the server started; no row
+ * if none ran.  The SQL function of 0.1.0.
+ */
 PG_FUNCTION_INFO_V1(pklimit_purge_status);
 Datum
 pklimit_purge_status(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	PurgeStatus status;
-	bool		found = false;
 	Datum		values[6];
 	bool		nulls[6] = {0};
 
-	pklimit_check_preloaded();
 	InitMaterializedSRF(fcinfo, 0);
-	LWLockAcquire(pklimit_lock, LW_SHARED);
-	for (int i = 0; i < pklimit_max_workers && !found; i++)
-	{
-		if (statuses[i].dboid == MyDatabaseId)
-		{
-			status = statuses[i];
-			found = true;
-		}
-	}
-	LWLockRelease(pklimit_lock);
-	if (!found)
+	if (!last_status(&status))
 		return (Datum) 0;
-
-	values[0] = BoolGetDatum(status.running);
-	values[1] = TimestampTzGetDatum(status.started_at);
-	values[2] = TimestampTzGetDatum(status.finished_at);
-	nulls[2] = status.running;
-	values[3] = TimestampTzGetDatum(status.cutoff);
-	values[4] = Int64GetDatum(status.deleted);
-	values[5] = BoolGetDatum(status.failed);
+	status_columns(&status, true, values, nulls);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return (Datum) 0;
+}
+
+/*
+ * pklimit_purge_status(retention) of 0.2.0: the last purge since the server
+ * started (NULL columns if none ran), and, whether or not any purge runs,
+ * the end of the oldest window in the table and how long it has outlived
+ * retention: what tells that purges are not running, whoever was meant to
+ * run them.
+ */
+PG_FUNCTION_INFO_V1(pklimit_purge_status_0_2);
+Datum
+pklimit_purge_status_0_2(PG_FUNCTION_ARGS)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	PurgeStatus status = {0};
+	bool		found;
+	TimestampTz cutoff;
+	TimestampTz oldest = 0;
+	bool		any_row;
+	TupleDesc	tupdesc;
+	Datum		values[8];
+	bool		nulls[8] = {0};
+
+	pklimit_arg_not_null(fcinfo, 0, "retention");
+	cutoff = cutoff_of(PG_GETARG_INTERVAL_P(0), now);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	found = last_status(&status);
+	status_columns(&status, found, values, nulls);
+	if (!pklimit_store_oldest_window_end(get_func_namespace(fcinfo->flinfo->fn_oid),
+										 &oldest, &any_row))
+		nulls[6] = nulls[7] = true; /* not known here */
+	else
+	{
+		Interval   *overdue = palloc0(sizeof(Interval));
+
+		if (any_row && oldest < cutoff)
+			overdue->time = cutoff - oldest;
+		values[6] = TimestampTzGetDatum(oldest);
+		nulls[6] = !any_row;
+		values[7] = IntervalPGetDatum(overdue);
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

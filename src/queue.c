@@ -7,7 +7,17 @@
  *		worker of its database takes the requests and answers them.  Which
  *		worker serves which database is registry.c's business.
  *
- * Locking: the slots and next_seq are protected by pklimit_lock (see
+ * Shares: no database can take another's place in the queue.  Every
+ * database with a worker entry, or listed in pklimit.databases (a sharer,
+ * registry.c), keeps a share of queue_share() slots.  A database alone may
+ * fill the whole queue; one past its share takes only the slots the other
+ * sharers' unused shares leave free, and one within its share that finds
+ * the queue full takes the places of the youngest queued requests of
+ * databases past theirs, which are answered queue_full.  A database that
+ * has no worker and can get none now (back-off, no slot) is answered
+ * no_worker at once instead of holding slots for the whole budget.
+ *
+ * Locking: the slots, nfree and next_seq are protected by pklimit_lock (see
  * pklimit.h): exclusive to change a slot's state, shared to look at one.
  * A caller that gives up (timeout, cancel, exit) frees a queued slot itself;
  * a slot a worker has already taken is marked abandoned and freed by the
@@ -25,6 +35,7 @@
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -56,10 +67,19 @@ typedef struct Slot
 typedef struct Queue
 {
 	uint64		next_seq;
+	int			nfree;			/* slots in state SLOT_FREE */
 	Slot		slots[FLEXIBLE_ARRAY_MEMBER];	/* pklimit_queue_size */
 } Queue;
 
 static Queue *queue = NULL;
+
+/*
+ * A caller's scratch space for the sharers and the slots each holds,
+ * allocated before the lock is first taken (nothing may raise an error
+ * under it): pklimit_max_workers of each.
+ */
+static Oid *sharers = NULL;
+static int *held = NULL;
 
 Size
 pklimit_queue_shmem_size(void)
@@ -77,7 +97,29 @@ pklimit_queue_shmem_init(void)
 	queue = ShmemInitStruct("pklimit queue", pklimit_queue_shmem_size(),
 							&found);
 	if (!found)
+	{
 		memset(queue, 0, pklimit_queue_shmem_size());
+		queue->nfree = pklimit_queue_size;
+	}
+}
+
+/*
+ * The slots each sharer keeps: an equal part of the queue for each of
+ * pklimit.max_workers databases, and never less than the largest call
+ * needs.
+ */
+int
+pklimit_queue_share(void)
+{
+	return Max(PKLIMIT_GROUP_MAX, pklimit_queue_size / pklimit_max_workers);
+}
+
+/* A slot goes back to the free ones.  Lock held exclusively. */
+static void
+free_slot(Slot *slot)
+{
+	slot->state = SLOT_FREE;
+	queue->nfree++;
 }
 
 static void
@@ -87,13 +129,38 @@ wake(int procno)
 		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 }
 
-/* The slots of one caller's requests: one, or the requests of a group. */
+/*
+ * The slots of one caller's requests: one, or the requests of a group.  A
+ * slot is still the caller's while it holds the request of that arrival
+ * (seq): a request pushed out of the queue leaves its slot to another.
+ */
 typedef struct Waiter
 {
 	int			n;
 	int			slots[PKLIMIT_GROUP_MAX];
+	uint64		seqs[PKLIMIT_GROUP_MAX];
 	bool		done[PKLIMIT_GROUP_MAX];
 } Waiter;
+
+/*
+ * The caller's slot of request i, or NULL if the request was pushed out of
+ * the queue, in which case it is answered queue_full.  Lock held.
+ */
+static Slot *
+slot_of(Waiter *w, int i, PklimitAnswer *answers)
+{
+	Slot	   *slot = &queue->slots[w->slots[i]];
+
+	if (slot->state != SLOT_FREE && slot->seq == w->seqs[i])
+		return slot;
+	if (answers)
+	{
+		memset(&answers[i], 0, sizeof(answers[i]));
+		answers[i].status = PKLIMIT_QUEUE_FULL;
+	}
+	w->done[i] = true;
+	return NULL;
+}
 
 /*
  * Stop waiting on the slots not done yet: free each, or leave it to the
@@ -107,9 +174,9 @@ release_slots(Waiter *w, PklimitAnswer *answers, bool *locked)
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < w->n; i++)
 	{
-		Slot	   *slot = &queue->slots[w->slots[i]];
+		Slot	   *slot;
 
-		if (w->done[i])
+		if (w->done[i] || (slot = slot_of(w, i, answers)) == NULL)
 			continue;
 		if (locked)
 			*locked |= slot->locked;
@@ -119,13 +186,13 @@ release_slots(Waiter *w, PklimitAnswer *answers, bool *locked)
 				if (answers)
 					answers[i] = slot->answer;
 				w->done[i] = true;
-				slot->state = SLOT_FREE;
+				free_slot(slot);
 				break;
 			case SLOT_TAKEN:
 				slot->state = SLOT_ABANDONED;
 				break;
 			case SLOT_QUEUED:
-				slot->state = SLOT_FREE;
+				free_slot(slot);
 				break;
 			case SLOT_FREE:
 			case SLOT_ABANDONED:
@@ -144,12 +211,110 @@ release_slots_on_error(int code, Datum arg)
 	release_slots((Waiter *) DatumGetPointer(arg), NULL, NULL);
 }
 
+/* The index of database dboid among the nsharers sharers, or -1. */
+static int
+sharer_of(Oid dboid, int nsharers)
+{
+	for (int s = 0; s < nsharers; s++)
+		if (sharers[s] == dboid)
+			return s;
+	return -1;
+}
+
 /*
- * Queue the n requests of one caller in free slots, in arrival order; the
- * requests of a group carry its number.  False if the queue has no room for
- * them all.  Lock held exclusively.
+ * The youngest queued request of a database other than dboid that holds
+ * more than share slots (or is no sharer at all), pushed out of the queue
+ * with the rest of its group to make room: its slots are free again, and
+ * its caller, to be woken in *caller, finds it answered queue_full.  False
+ * if there is none.  Lock held exclusively.
  */
 static bool
+push_out_youngest(Oid dboid, int nsharers, int share, int *caller)
+{
+	Slot	   *youngest = NULL;
+	int			owner = -1;
+	uint64		group;
+
+	for (int i = 0; i < pklimit_queue_size; i++)
+	{
+		Slot	   *slot = &queue->slots[i];
+		int			s = sharer_of(slot->request.dboid, nsharers);
+
+		if (slot->state != SLOT_QUEUED || slot->request.dboid == dboid ||
+			(youngest != NULL && slot->seq < youngest->seq) ||
+			(s >= 0 && held[s] <= share))
+			continue;
+		youngest = slot;
+		owner = s;
+	}
+	if (youngest == NULL)
+		return false;
+	*caller = youngest->caller_procno;
+	group = youngest->request.group;
+	for (int i = 0; i < pklimit_queue_size; i++)
+	{
+		Slot	   *slot = &queue->slots[i];
+
+		if (slot != youngest &&
+			(group == 0 || slot->state != SLOT_QUEUED ||
+			 slot->request.group != group))
+			continue;
+		free_slot(slot);
+		if (owner >= 0)
+			held[owner]--;
+	}
+	return true;
+}
+
+/*
+ * Make room for n more requests of database dboid, as the shares allow
+ * (see the file's header).  The callers of the requests pushed out to make
+ * it go to pushed[] (*npushed of them), to be woken once the lock is
+ * released.  Lock held exclusively.
+ */
+static bool
+make_room(Oid dboid, int n, int *pushed, int *npushed)
+{
+	int			share = pklimit_queue_share();
+	int			nsharers = pklimit_registry_sharers(sharers);
+	int			mine = sharer_of(dboid, nsharers);
+	int			reserved = 0;
+
+	*npushed = 0;
+	if (queue->nfree - n >= nsharers * share)
+		return true;			/* every share still fits in what is left */
+
+	/* the slots each sharer holds, in one pass */
+	memset(held, 0, sizeof(int) * nsharers);
+	for (int i = 0; i < pklimit_queue_size; i++)
+	{
+		const Slot *slot = &queue->slots[i];
+		int			s;
+
+		if (slot->state != SLOT_FREE &&
+			(s = sharer_of(slot->request.dboid, nsharers)) >= 0)
+			held[s]++;
+	}
+	for (int s = 0; s < nsharers; s++)
+		if (s != mine)
+			reserved += Max(0, share - held[s]);
+
+	/* past its share: only what the other shares leave */
+	if (mine < 0 || held[mine] + n > share)
+		return queue->nfree - n >= reserved;
+	/* within it: the places of requests of databases past theirs */
+	while (queue->nfree < n && *npushed < PKLIMIT_GROUP_MAX &&
+		   push_out_youngest(dboid, nsharers, share, &pushed[*npushed]))
+		(*npushed)++;
+	return queue->nfree >= n;
+}
+
+/*
+ * Queue the n requests of one caller in free slots (make_room found them),
+ * in arrival order; the requests of a group carry its number.  Lock held
+ * exclusively.
+ */
+static void
 queue_requests(const PklimitRequest *requests, int n, Waiter *w)
 {
 	uint64		group = (n > 1) ? queue->next_seq + 1 : 0;
@@ -158,8 +323,7 @@ queue_requests(const PklimitRequest *requests, int n, Waiter *w)
 	for (int i = 0; i < pklimit_queue_size && w->n < n; i++)
 		if (queue->slots[i].state == SLOT_FREE)
 			w->slots[w->n++] = i;
-	if (w->n < n)
-		return false;
+	Assert(w->n == n);
 	for (int i = 0; i < n; i++)
 	{
 		Slot	   *slot = &queue->slots[w->slots[i]];
@@ -171,17 +335,40 @@ queue_requests(const PklimitRequest *requests, int n, Waiter *w)
 		slot->seq = queue->next_seq++;
 		slot->request = requests[i];
 		slot->request.group = group;
+		w->seqs[i] = slot->seq;
 		w->done[i] = false;
 	}
-	return true;
+	queue->nfree -= n;
+}
+
+/*
+ * Make sure a worker serves the database of the caller's requests: false if
+ * none can now (none runs or starts, and a database not in pklimit.databases
+ * is in its back-off, or has no free slot), so its requests are answered
+ * no_worker at once rather than holding slots for their whole budget.  The
+ * worker to wake goes to *procno, whether it existed to *had_worker.  Lock
+ * held exclusively.
+ */
+static bool
+serve(Oid dboid, int static_index, bool *had_worker, int *procno,
+	  bool *start_failed)
+{
+	int			worker = pklimit_registry_ensure(dboid, static_index,
+												 GetCurrentTimestamp(),
+												 start_failed);
+
+	*had_worker |= (worker >= 0);
+	*procno = pklimit_registry_procno(worker);
+	return worker >= 0 || static_index >= 0;
 }
 
 /*
  * One look at the slots after a wait: take the answers that are there
  * (true once all are), otherwise make sure a worker serves the database (a
- * worker that died or exited idle is replaced, with back-off) and return
- * the one to wake in *procno.  A purge, once taken, runs to its end:
- * *deadline moves to never.
+ * worker that died or exited idle is replaced, with back-off; if none can
+ * be, the requests still queued are answered no_worker) and return the one
+ * to wake in *procno.  A purge, once taken, runs to its end: *deadline moves
+ * to never.
  */
 static bool
 look(Waiter *w, int static_index, TimestampTz *deadline, bool *had_worker,
@@ -196,14 +383,14 @@ look(Waiter *w, int static_index, TimestampTz *deadline, bool *had_worker,
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < w->n; i++)
 	{
-		Slot	   *slot = &queue->slots[w->slots[i]];
+		Slot	   *slot;
 
-		if (w->done[i])
+		if (w->done[i] || (slot = slot_of(w, i, answers)) == NULL)
 			continue;
 		if (slot->state == SLOT_DONE)
 		{
 			answers[i] = slot->answer;
-			slot->state = SLOT_FREE;
+			free_slot(slot);
 			w->done[i] = true;
 			continue;
 		}
@@ -214,14 +401,24 @@ look(Waiter *w, int static_index, TimestampTz *deadline, bool *had_worker,
 			!pklimit_op_rules(slot->request.kind).in_batch)
 			*deadline = DT_NOEND;
 	}
-	if (queued)
+	if (queued && !serve(dboid, static_index, had_worker, procno,
+						 &start_failed))
 	{
-		int			worker = pklimit_registry_ensure(dboid, static_index,
-													 GetCurrentTimestamp(),
-													 &start_failed);
+		for (int i = 0; i < w->n; i++)
+		{
+			Slot	   *slot;
 
-		*had_worker |= (worker >= 0);
-		*procno = pklimit_registry_procno(worker);
+			if (w->done[i] || (slot = slot_of(w, i, answers)) == NULL ||
+				slot->state != SLOT_QUEUED)
+				continue;
+			free_slot(slot);
+			memset(&answers[i], 0, sizeof(answers[i]));
+			answers[i].status = PKLIMIT_NO_WORKER;
+			w->done[i] = true;
+		}
+		all_done = true;
+		for (int i = 0; i < w->n; i++)
+			all_done &= w->done[i];
 	}
 	LWLockRelease(pklimit_lock);
 	if (start_failed)
@@ -241,35 +438,48 @@ void
 pklimit_submit(const PklimitRequest *requests, PklimitAnswer *answers, int n)
 {
 	Waiter		w;
-	int			worker;
 	int			procno;
-	bool		had_worker;
-	bool		start_failed;
+	int			pushed[PKLIMIT_GROUP_MAX];
+	int			npushed = 0;
+	bool		had_worker = false;
+	bool		start_failed = false;
+	PklimitStatus refused = PKLIMIT_OK;
 	int			static_index = pklimit_registry_static_index();
 	TimestampTz deadline = requests[0].deadline;
 
 	Assert(n >= 1 && n <= PKLIMIT_GROUP_MAX);
 	memset(answers, 0, sizeof(PklimitAnswer) * n);
-
-	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	if (!queue_requests(requests, n, &w))
+	if (sharers == NULL)
 	{
-		LWLockRelease(pklimit_lock);
+		sharers = MemoryContextAlloc(TopMemoryContext,
+									 sizeof(Oid) * pklimit_max_workers);
+		held = MemoryContextAlloc(TopMemoryContext,
+								  sizeof(int) * pklimit_max_workers);
+	}
+
+	/* raises no error, so no slot can leak before the cleanup below */
+	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
+	if (!serve(requests[0].dboid, static_index, &had_worker, &procno,
+			   &start_failed))
+		refused = PKLIMIT_NO_WORKER;
+	else if (!make_room(requests[0].dboid, n, pushed, &npushed))
+		refused = PKLIMIT_QUEUE_FULL;
+	else
+		queue_requests(requests, n, &w);
+	LWLockRelease(pklimit_lock);
+	for (int i = 0; i < npushed; i++)
+		wake(pushed[i]);
+	if (start_failed)
+		pklimit_registry_report_start_failure();
+	if (refused != PKLIMIT_OK)
+	{
 		for (int i = 0; i < n; i++)
-			answers[i].status = PKLIMIT_QUEUE_FULL;
+			answers[i].status = refused;
 		return;
 	}
-	/* raises no error, so no slot can leak before the cleanup below */
-	worker = pklimit_registry_ensure(requests[0].dboid, static_index,
-									 GetCurrentTimestamp(), &start_failed);
-	had_worker = (worker >= 0);
-	procno = pklimit_registry_procno(worker);
-	LWLockRelease(pklimit_lock);
 
 	PG_ENSURE_ERROR_CLEANUP(release_slots_on_error, PointerGetDatum(&w));
 	{
-		if (start_failed)
-			pklimit_registry_report_start_failure();
 		wake(procno);
 		for (;;)
 		{
@@ -381,7 +591,7 @@ pklimit_queue_answer(PklimitEntry *const *entries, int n)
 		Slot	   *slot = &queue->slots[entries[j]->slot];
 
 		if (slot->state == SLOT_ABANDONED)
-			slot->state = SLOT_FREE;
+			free_slot(slot);
 		else
 		{
 			slot->answer = entries[j]->answer;
@@ -479,7 +689,7 @@ pklimit_queue_release_worker(int worker)
 		if (slot->worker != worker)
 			continue;
 		if (slot->state == SLOT_ABANDONED)
-			slot->state = SLOT_FREE;
+			free_slot(slot);
 		else if (slot->state == SLOT_TAKEN)
 		{
 			memset(&slot->answer, 0, sizeof(slot->answer));

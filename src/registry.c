@@ -266,8 +266,8 @@ pklimit_registry_report_start_failure(void)
  * max_worker_processes exhausted, or a recent start failed and the back-off
  * has not passed; *start_failed says whether a start was tried and failed
  * now).  A database with a static worker (static_index >= 0) never gets a
- * dynamic one: -1 until its static worker has attached.  Lock held
- * exclusively.
+ * dynamic one: -1 until its static worker has attached, whose entry learns
+ * the database's OID here if it has none yet.  Lock held exclusively.
  */
 int
 pklimit_registry_ensure(Oid dboid, int static_index, TimestampTz now,
@@ -278,7 +278,10 @@ pklimit_registry_ensure(Oid dboid, int static_index, TimestampTz now,
 
 	*start_failed = false;
 	if (static_index >= 0)
+	{
+		registry.workers[static_index].dboid = dboid;
 		return registry.workers[static_index].in_use ? static_index : -1;
+	}
 	for (int i = list_length(static_databases); i < pklimit_max_workers; i++)
 	{
 		WorkerEntry *w = &registry.workers[i];
@@ -410,6 +413,24 @@ pklimit_registry_retire(void)
 	}
 	LWLockRelease(pklimit_lock);
 	return retire;
+}
+
+/*
+ * The databases that keep a share of the queue (queue.c): every database
+ * with a worker entry, running or starting, and every database of
+ * pklimit.databases, whose worker may be about to start again.  Their OIDs
+ * go to dboids[] (pklimit_max_workers of them at most; InvalidOid for a
+ * listed database none of whose processes has called yet).  Lock held.
+ */
+int
+pklimit_registry_sharers(Oid *dboids)
+{
+	int			n = 0;
+
+	for (int i = 0; i < pklimit_max_workers; i++)
+		if (registry.workers[i].in_use || i < list_length(static_databases))
+			dboids[n++] = registry.workers[i].dboid;
+	return n;
 }
 
 /* The process id of the worker serving dboid, or 0 if none.  Lock held. */

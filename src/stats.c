@@ -19,8 +19,9 @@
  * (but across a reset, as any other pair of counters).
  *
  * Locking: an entry's dboid, in_use and stats_reset are protected by
- * pklimit_lock (see pklimit.h).  A process claims its database's entry on
- * its first count, holding the lock exclusively, and remembers it; the
+ * pklimit_lock (see pklimit.h).  A process claims its database's entry
+ * before its first request or count, holding the lock exclusively, and
+ * remembers it; the
  * entry goes back only when its database is dropped, when no process of
  * that database is left.  The counters are atomics, added to without any
  * lock, so counting costs a call no lock after the first.
@@ -28,6 +29,8 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <math.h>
 
 #include "access/xlog.h"
 #include "funcapi.h"
@@ -133,6 +136,18 @@ entry(void)
 	LWLockRelease(pklimit_lock);
 	my_entry = e;
 	return e;
+}
+
+/*
+ * Claim this process's database's entry before its first request is
+ * queued, so that pklimit_stats shows a database whose requests wait (its
+ * queue_depth) before any of them is answered.
+ */
+void
+pklimit_stats_claim(void)
+{
+	if (pklimit_preloaded())
+		(void) entry();
 }
 
 /*
@@ -357,8 +372,9 @@ stats_columns(const StatsRow *row, Datum *values, bool *nulls)
 	values[i++] = Int32GetDatum(row->worker_pid);
 	values[i++] = Float8GetDatum((double) c[PKLIMIT_STAT_WAIT_USEC] / 1000.0);
 	nulls[i] = (calls == 0);
+	/* to the microsecond, as the others */
 	values[i++] = Float8GetDatum(calls == 0 ? 0.0 :
-								 (double) c[PKLIMIT_STAT_WAIT_USEC] / calls / 1000.0);
+								 rint((double) c[PKLIMIT_STAT_WAIT_USEC] / calls) / 1000.0);
 	nulls[i] = (calls == 0);
 	values[i++] = Float8GetDatum((double) c[PKLIMIT_STAT_MAX_WAIT_USEC] / 1000.0);
 	values[i++] = TimestampTzGetDatum(row->stats_reset);

@@ -19,6 +19,7 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/dependency.h"
@@ -235,12 +236,25 @@ relation_changed(Datum arg, Oid relid)
 		citus_checked_relid = InvalidOid;
 }
 
+/* Does Citus's metadata name relid?  In an SPI connection. */
+static bool
+in_citus_metadata(Oid relid)
+{
+	Oid			argtype = OIDOID;
+	Datum		arg = ObjectIdGetDatum(relid);
+
+	return OidIsValid(get_relname_relid("pg_dist_partition",
+										PG_CATALOG_NAMESPACE)) &&
+		SPI_execute_with_args("SELECT FROM pg_catalog.pg_dist_partition "
+							  "WHERE logicalrelid OPERATOR(pg_catalog.=) $1",
+							  1, &argtype, &arg, NULL, true, 1) ==
+		SPI_OK_SELECT && SPI_processed > 0;
+}
+
 static bool
 is_citus_table(Oid relid)
 {
 	static bool callback_registered = false;
-	Oid			argtype = OIDOID;
-	Datum		arg = ObjectIdGetDatum(relid);
 
 	if (!pklimit_on_citus)
 		return false;
@@ -251,13 +265,7 @@ is_citus_table(Oid relid)
 	}
 	if (relid == citus_checked_relid)
 		return citus_checked_answer;
-	citus_checked_answer =
-		OidIsValid(get_relname_relid("pg_dist_partition",
-									 PG_CATALOG_NAMESPACE)) &&
-		SPI_execute_with_args("SELECT FROM pg_catalog.pg_dist_partition "
-							  "WHERE logicalrelid OPERATOR(pg_catalog.=) $1",
-							  1, &argtype, &arg, NULL, true, 1) ==
-		SPI_OK_SELECT && SPI_processed > 0;
+	citus_checked_answer = in_citus_metadata(relid);
 	citus_checked_relid = relid;
 	return citus_checked_answer;
 }
@@ -596,4 +604,57 @@ pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff, int64 limit,
 		*from = DatumGetTimestampTz(last);
 	SPI_freetuptable(SPI_tuptable);
 	return deleted;
+}
+
+/*
+ * The end of the oldest window in pklimit's table of schema nspid, read
+ * through the purge's index in the caller's backend, without a statement
+ * and so without row level security, for monitoring (purge.c).  Returns
+ * false if it cannot be known here: the table is missing or locked against
+ * reads, or its rows are on Citus's nodes.  *found is false for an empty
+ * table.
+ */
+bool
+pklimit_store_oldest_window_end(Oid nspid, TimestampTz *oldest, bool *found)
+{
+	Oid			relid = get_relname_relid("platformkit_limits", nspid);
+	Oid			indexid = get_relname_relid("platformkit_limits_window_end_idx",
+											nspid);
+	bool		on_citus;
+	Relation	rel;
+	Snapshot	snapshot;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+
+	*found = false;
+	if (!OidIsValid(relid) || !OidIsValid(indexid) ||
+		getExtensionOfObject(RelationRelationId, relid) !=
+		get_extension_oid("pklimit", true) ||
+		!ConditionalLockRelationOid(relid, AccessShareLock))
+		return false;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	on_citus = in_citus_metadata(relid);
+	SPI_finish();
+	if (on_citus)
+		return false;
+
+	rel = table_open(relid, NoLock);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	scan = systable_beginscan(rel, indexid, true, snapshot, 0, NULL);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		bool		isnull;
+		Datum		end = heap_getattr(tuple, get_attnum(relid, "window_end"),
+									   RelationGetDescr(rel), &isnull);
+
+		*found = !isnull;
+		if (!isnull)
+			*oldest = DatumGetTimestampTz(end);
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, NoLock);
+	return true;
 }

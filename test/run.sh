@@ -50,7 +50,7 @@ host_major() {
 # Several versions, or one the host does not ship: run each where it lives
 # and add up their summary lines.
 if [ -z "${PKLIMIT_ONE_VERSION:-}" ]; then
-	total_p=0 total_f=0 summary=()
+	total_p=0 total_f=0 summary=() not_run=()
 	for v in $versions; do
 		start=$(date +%s)
 		out=$(mktemp)
@@ -66,13 +66,19 @@ if [ -z "${PKLIMIT_ONE_VERSION:-}" ]; then
 				2>&1 | tee "$out" || rc=$?
 		fi
 		line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1 || true)
-		rm -f "$out"
-		p=0 f=1
+		while IFS= read -r skipped; do
+			not_run+=("PostgreSQL $v: $skipped")
+		done < <(sed -nE 's/^ +([0-9a-z_]+)(\.pl)?: not run:? /\1: /p' "$out")
+		p=0 f=1 why=
 		[[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]] && p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
 		[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+		# a version that stopped before its tests ran: its last words say why
+		[ -z "$line" ] && why=": stopped before any test ran, after: $(grep -v '^[[:space:]]*$' "$out" | tail -n 1)"
+		rm -f "$out"
 		total_p=$((total_p + p)) total_f=$((total_f + f))
-		summary+=("PostgreSQL $v: $p passed, $f failed ($(($(date +%s) - start)) s)")
+		summary+=("PostgreSQL $v: $p passed, $f failed ($(($(date +%s) - start)) s)$why")
 	done
+	[ ${#not_run[@]} -gt 0 ] && printf '== not run: %s\n' "${not_run[@]}"
 	printf '== %s\n' "${summary[@]}"
 	echo "$total_p passed, $total_f failed"
 	[ "$total_f" -eq 0 ] && [ "$total_p" -gt 0 ]
@@ -133,7 +139,7 @@ if [ "$layers" = all ] || [ "$layers" = tap ]; then
 		case $(basename "$t") in
 			060_examples.pl | 070_pgbouncer.pl)
 				if [ "$examples" != 1 ]; then
-					echo "   $(basename "$t"): not run on PostgreSQL $PG_MAJOR (host's version only)"
+					echo "   $(basename "$t" .pl): not run: it runs on the host's PostgreSQL only"
 					continue
 				fi ;;
 		esac

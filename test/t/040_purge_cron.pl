@@ -1,8 +1,12 @@
 # Purge and pg_cron: CREATE EXTENSION schedules the hourly job in pg_cron's
 # database, never twice, and DROP EXTENSION removes it; pg_cron really runs
-# the purge; other databases and servers without pg_cron are told what to do;
-# a purge started while one runs returns at once, and calls are served
-# during a purge.
+# the purge, both in its background workers and, with its default settings,
+# over a connection to a server that listens on its socket only (the job is
+# scheduled on the socket); a job pg_cron cannot connect to run is told at
+# once, with the fix; pklimit_purge_status shows how long the oldest row has
+# outlived its retention; other databases and servers without pg_cron are
+# told what to do; a purge started while one runs returns at once, and
+# calls are served during a purge.
 use strict;
 use warnings;
 use FindBin;
@@ -21,6 +25,17 @@ cron.use_background_workers = on
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_cron');
+
+# pg_cron as it comes: jobs run over a connection to cron.host (localhost,
+# over TCP), and this server listens on its socket only
+my $stock = PostgreSQL::Test::Cluster->new('stock');
+$stock->init;
+$stock->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'pklimit,pg_cron'
+cron.database_name = 'postgres'
+});
+$stock->start;
+$stock->safe_psql('postgres', 'CREATE EXTENSION pg_cron');
 
 my $jobs = "SELECT string_agg(format('%s|%s|%s', jobname, schedule, command), ',') FROM cron.job";
 
@@ -41,6 +56,38 @@ for my $round (1 .. 3)
 is($node->safe_psql('postgres', "SELECT pklimit_schedule_purge('0 * * * *') > 0"), 't', 'the helper schedules');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM cron.job'), '1', 'and never duplicates');
 
+# --- pg_cron's default connection, to localhost over TCP, is refused: the
+# job is scheduled on the server's socket, where it connects
+my $err_stock = '';
+$stock->psql('postgres', 'CREATE EXTENSION pklimit', stderr => \$err_stock);
+is($err_stock, '', 'CREATE EXTENSION with pg_cron as it comes warns of nothing');
+is($stock->safe_psql('postgres', "SELECT nodename FROM cron.job WHERE jobname = 'pklimit-purge'"),
+	$stock->host, "the job runs on the server's socket");
+is($stock->safe_psql('postgres',
+	"SELECT pklimit_purge_job_error(jobid) IS NULL FROM cron.job WHERE jobname = 'pklimit-purge'"),
+	't', 'where pg_cron can connect');
+# a role that may connect neither way is told at once, with the fix
+$stock->safe_psql('postgres', 'CREATE ROLE nocron SUPERUSER');
+my $hba = slurp_file($stock->data_dir . '/pg_hba.conf');
+open(my $fh, '>', $stock->data_dir . '/pg_hba.conf') or die;
+print $fh "local all nocron reject\n$hba";
+close $fh;
+$stock->reload;
+$stock->psql('postgres', "SET ROLE nocron; SELECT pklimit_schedule_purge()", stderr => \$err_stock);
+like($err_stock, qr/WARNING:  pg_cron cannot connect to run the pklimit purge \(job \d+\): every run will fail/,
+	'pklimit_schedule_purge warns when pg_cron cannot connect to run the job');
+like($err_stock, qr/DETAIL:  pg_cron runs the job as role nocron in database postgres over a connection to localhost, port \d+, which fails: .*; over the server's socket \S+: .*rejects connection/s,
+	'saying what it tried and why it failed');
+like($err_stock, qr/HINT:  Set cron.use_background_workers = on in postgresql.conf and restart the server/,
+	'and how to mend it');
+$stock->safe_psql('postgres', 'DROP EXTENSION pklimit');
+$stock->psql('postgres', "SET ROLE nocron; CREATE EXTENSION pklimit", stderr => \$err_stock);
+like($err_stock, qr/WARNING:  pg_cron cannot connect to run the pklimit purge/,
+	'and so does CREATE EXTENSION');
+$stock->safe_psql('postgres', 'DROP EXTENSION pklimit; CREATE EXTENSION pklimit');
+is($stock->safe_psql('postgres', "SELECT string_agg(username || '\@' || nodename, ',') FROM cron.job"),
+	'postgres@' . $stock->host, 'one job again, on the socket');
+
 # --- another database: a warning with the exact call to run
 $node->safe_psql('postgres', 'CREATE DATABASE app');
 $node->psql('app', 'CREATE EXTENSION pklimit', stderr => \$err);
@@ -55,31 +102,47 @@ is($node->safe_psql('postgres', "SELECT database || ' ' || command FROM cron.job
 	'app SELECT public.pklimit_purge()', 'the call from the warning schedules the purge of app');
 $node->safe_psql('postgres', "SELECT cron.unschedule('pklimit-purge-app')");
 
-# --- pg_cron really runs the purge
-$node->safe_psql('app', q{
+# --- pg_cron really runs the purge, on both servers: every minute, so one
+# minute boundary serves all
+my $expired = q{
 	INSERT INTO platformkit_limits
 	SELECT 'g:expired-' || i, clock_timestamp() - interval '3 days', clock_timestamp() - interval '2 days', 1,
-	       clock_timestamp() - interval '2 days' FROM generate_series(1, 2500) i});
-$node->safe_psql('postgres', q{
-	INSERT INTO platformkit_limits
-	SELECT 'g:expired-' || i, clock_timestamp() - interval '3 days', clock_timestamp() - interval '2 days', 1,
-	       clock_timestamp() - interval '2 days' FROM generate_series(1, 2500) i});
-$node->safe_psql('postgres', "SELECT pklimit_allow('live', 5, '36500 days')");
-$node->safe_psql('postgres', "SELECT pklimit_schedule_purge('* * * * *')");
+	       clock_timestamp() - interval '2 days' FROM generate_series(1, 2500) i};
+$node->safe_psql('app', $expired);
+for my $n ($node, $stock)
+{
+	$n->safe_psql('postgres', $expired);
+	$n->safe_psql('postgres', "SELECT pklimit_allow('live', 5, '36500 days')");
+}
+like($stock->safe_psql('postgres', 'SELECT overdue FROM pklimit_purge_status'), qr/^(23|24):\d\d:\d\d/,
+	'pklimit_purge_status: the oldest row has outlived the retention of 1 day by about a day');
+is($stock->safe_psql('postgres', "SELECT overdue FROM pklimit_purge_status('3 days')"), '00:00:00',
+	'and a retention of 3 days by nothing');
 my $start = time();
-ok($node->poll_query_until('postgres', q{
+$_->safe_psql('postgres', "SELECT pklimit_schedule_purge('* * * * *')") for ($node, $stock);
+my $succeeded = q{
 	SELECT count(*) > 0 FROM cron.job_run_details r JOIN cron.job j USING (jobid)
-	WHERE j.jobname = 'pklimit-purge' AND r.status = 'succeeded'}, 't'),
-	'pg_cron ran the purge job and it succeeded');
-note(sprintf('the job ran after %.0f s', time() - $start));
-is($node->safe_psql('postgres', "SELECT count(*) FROM platformkit_limits WHERE key LIKE 'g:expired-%'"),
-	'0', 'the expired rows are gone');
-is($node->safe_psql('postgres', "SELECT pklimit_count('live')"), '1', 'the open window stays');
-is($node->safe_psql('postgres', 'SELECT deleted FROM pklimit_purge_status'), '2500',
-	'pklimit_purge_status shows what the purge deleted');
+	WHERE j.jobname = 'pklimit-purge' AND r.status = 'succeeded'};
+ok($node->poll_query_until('postgres', $succeeded, 't'),
+	'pg_cron ran the purge job in a background worker, and it succeeded');
+ok($stock->poll_query_until('postgres', $succeeded, 't'),
+	"and over a connection to the server's socket, with pg_cron's default settings");
+note(sprintf('the jobs ran after %.0f s', time() - $start));
+for my $n ($node, $stock)
+{
+	my $name = $n->name;
+	is($n->safe_psql('postgres', "SELECT count(*) FROM platformkit_limits WHERE key LIKE 'g:expired-%'"),
+		'0', "$name: the expired rows are gone");
+	is($n->safe_psql('postgres', "SELECT pklimit_count('live')"), '1', "$name: the open window stays");
+	ok($n->poll_query_until('postgres', 'SELECT deleted FROM pklimit_purge_status', '2500'),
+		"$name: pklimit_purge_status shows what the purge deleted");
+	is($n->safe_psql('postgres', 'SELECT overdue FROM pklimit_purge_status'), '00:00:00',
+		"$name: and no row outlives its retention");
+	$n->safe_psql('postgres', "SELECT pklimit_schedule_purge()");
+}
+$stock->stop;
 is($node->safe_psql('app', "SELECT count(*) FROM platformkit_limits"), '2500',
 	'the job purges only its own database');
-$node->safe_psql('postgres', "SELECT pklimit_schedule_purge()");
 
 # --- a second purge while one runs returns at once; calls are served meanwhile
 $node->safe_psql('app', q{

@@ -40,14 +40,23 @@ my $job_before = $node->safe_psql('old', $job);
 like($job_before, qr/pklimit-purge\|0 \* \* \* \*\|SELECT public.pklimit_purge\(\)\|old/,
 	'0.1.0 scheduled its purge with pg_cron');
 
-# 0.1.0 let INSERT, UPDATE and DELETE be granted on the table (written into
-# the catalog here, as the 0.1.0 library let a GRANT do); 0.2.0 takes them back
+# 0.1.0 let SELECT, INSERT, UPDATE and DELETE be granted on the table
+# (written into the catalog here, as the 0.1.0 library let a GRANT do);
+# 0.2.0 takes them back, but SELECT of a role that bypasses row level
+# security
 $node->safe_psql('postgres', 'CREATE ROLE app');
-$node->safe_psql('old', "UPDATE pg_class SET relacl = relacl || format('app=awd/%s', current_user)::aclitem"
-	  . " WHERE oid = 'platformkit_limits'::regclass");
+$node->safe_psql('postgres', 'CREATE ROLE auditor BYPASSRLS');
+$node->safe_psql('old', "UPDATE pg_class SET relacl = relacl || format('app=arwd/%s', current_user)::aclitem"
+	  . " || format('auditor=r/%s', current_user)::aclitem WHERE oid = 'platformkit_limits'::regclass");
 my $app_privileges = "SELECT string_agg(p, ',') FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) p"
   . " WHERE has_table_privilege('app', 'platformkit_limits', p)";
-is($node->safe_psql('old', $app_privileges), 'INSERT,UPDATE,DELETE', 'a role holds what 0.1.0 let it hold');
+is($node->safe_psql('old', $app_privileges), 'SELECT,INSERT,UPDATE,DELETE', 'a role holds what 0.1.0 let it hold');
+# a grant of the DBA's on a function the update replaces is carried over
+$node->safe_psql('old', 'GRANT EXECUTE ON FUNCTION pklimit_purge_status() TO app');
+# 0.1.0 scheduled the job on cron.host, localhost over TCP, where this
+# server does not listen
+is($node->safe_psql('old', "SELECT nodename FROM cron.job WHERE jobname = 'pklimit-purge'"), 'localhost',
+	'0.1.0 scheduled its purge on cron.host');
 
 # --- the update, while two sessions keep calling on the 0.1.0 database
 my $per_session = 20000;
@@ -74,6 +83,14 @@ is($node->safe_psql('old',
 	"SELECT concat_ws('|', calls, allowed, refused, unavailable) FROM pklimit_stats WHERE datname = 'old'"),
 	'40016|40013|3|0', 'pklimit_stats, new in 0.2.0, counted every call, those made at 0.1.0 included');
 is($node->safe_psql('old', $app_privileges), '', 'the update took back what 0.2.0 lets nobody but the owner hold');
+is($node->safe_psql('old', "SELECT has_table_privilege('auditor', 'platformkit_limits', 'SELECT')"), 't',
+	'but a SELECT of a role that bypasses row level security');
+$node->safe_psql('old', "REVOKE ALL ON platformkit_limits FROM auditor");
+is($node->safe_psql('old', "SELECT nodename FROM cron.job WHERE jobname = 'pklimit-purge'"), $node->host,
+	"the update moved the purge job to the server's socket, where pg_cron can connect");
+is($node->safe_psql('old', "SELECT has_function_privilege('app', 'pklimit_purge_status(interval)', 'EXECUTE')"), 't',
+	'the grant on the replaced pklimit_purge_status is carried over');
+$node->safe_psql('old', 'REVOKE ALL ON FUNCTION pklimit_purge_status(interval) FROM app');
 
 # --- nothing lost, and the same objects as a fresh install
 $node->safe_psql('old', "SELECT pklimit_forget('during')");
