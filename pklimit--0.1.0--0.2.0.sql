@@ -276,11 +276,11 @@ BEGIN
 	UPDATE pg_catalog.pg_init_privs i SET initprivs = initial
 	 WHERE i.objoid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits'::pg_catalog.regclass
 	   AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-	   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	   AND i.objsubid OPERATOR(pg_catalog.=) 0 AND initial IS NOT NULL;
 	DELETE FROM pg_catalog.pg_init_privs i
 	 WHERE i.objoid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits'::pg_catalog.regclass
 	   AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-	   AND i.objsubid OPERATOR(pg_catalog.>) 0;
+	   AND (i.objsubid OPERATOR(pg_catalog.>) 0 OR initial IS NULL);
 END
 $do$;
 
@@ -436,10 +436,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-	cron_db text := pg_catalog.current_setting('cron.database_name', true);
+	cron_db text;
 	command text := 'SELECT @extschema@.pklimit_purge()';
-	socket text := pg_catalog.btrim(pg_catalog.split_part(
-		pg_catalog.current_setting('unix_socket_directories', true), ',', 1), ' "');
+	socket text;
 	job_id bigint;
 	job record;
 	problem text;
@@ -449,6 +448,14 @@ BEGIN
 		RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
 			MESSAGE = 'schedule must not be null';
 	END IF;
+	-- pg_cron's settings are a superuser's to read
+	BEGIN
+		cron_db := pg_catalog.current_setting('cron.database_name', true);
+	EXCEPTION WHEN insufficient_privilege THEN
+		RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+			MESSAGE = 'pklimit_schedule_purge must read pg_cron''s settings, which this role may not',
+			HINT = 'Run it as a superuser, or as a member of pg_read_all_settings.';
+	END;
 	IF cron_db IS NULL OR cron_db = '' THEN
 		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
 			MESSAGE = 'pg_cron is not loaded, so the pklimit purge is not scheduled',
@@ -479,18 +486,31 @@ BEGIN
 	EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO job_id
 		USING 'pklimit-purge', schedule, command;
 
+	-- pg_cron's connection to run the job, tried where the caller may
+	IF NOT pg_catalog.has_function_privilege('@extschema@.pklimit_purge_job_error(pg_catalog.int8)',
+											 'EXECUTE') THEN
+		RAISE WARNING USING ERRCODE = 'insufficient_privilege',
+			MESSAGE = pg_catalog.format('whether pg_cron can connect to run the pklimit purge (job %s) was not checked',
+				job_id),
+			HINT = pg_catalog.format('A superuser can check it: SELECT pklimit_purge_job_error(%s);', job_id);
+		RETURN job_id;
+	END IF;
 	problem := @extschema@.pklimit_purge_job_error(job_id);
-	IF problem IS NOT NULL AND socket OPERATOR(pg_catalog.<>) '' THEN
+	IF problem IS NOT NULL THEN
 		BEGIN
-			-- a superuser's change (pg_cron grants no UPDATE), undone if
-			-- the socket fails too
-			EXECUTE 'UPDATE cron.job SET nodename = $1 WHERE jobid OPERATOR(pg_catalog.=) $2'
-				USING socket, job_id;
-			socket_problem := @extschema@.pklimit_purge_job_error(job_id);
-			IF socket_problem IS NOT NULL THEN
-				RAISE EXCEPTION USING ERRCODE = 'no_data_found';
+			-- a superuser's reading and change (pg_cron grants no UPDATE),
+			-- undone if the socket fails too
+			socket := pg_catalog.btrim(pg_catalog.split_part(
+				pg_catalog.current_setting('unix_socket_directories'), ',', 1), ' "');
+			IF socket OPERATOR(pg_catalog.<>) '' THEN
+				EXECUTE 'UPDATE cron.job SET nodename = $1 WHERE jobid OPERATOR(pg_catalog.=) $2'
+					USING socket, job_id;
+				socket_problem := @extschema@.pklimit_purge_job_error(job_id);
+				IF socket_problem IS NOT NULL THEN
+					RAISE EXCEPTION USING ERRCODE = 'no_data_found';
+				END IF;
+				problem := NULL;
 			END IF;
-			problem := NULL;
 		EXCEPTION WHEN no_data_found OR insufficient_privilege THEN
 			NULL;
 		END;
@@ -518,9 +538,12 @@ COMMENT ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) IS
 REVOKE ALL ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) FROM PUBLIC;
 
 -- Default privileges (ALTER DEFAULT PRIVILEGES) may have granted something
--- on the objects just made: they get exactly the privileges of those they
--- replace, as the grants of a user, which pg_dump dumps (their initial
--- privileges stay those this script gave, as at install).
+-- on the objects just made: nobody but their owner keeps any of it, as at
+-- install, but for this script's grants to pg_monitor.  Then the replaced
+-- ones get exactly the privileges of those they replace, as the grants of
+-- a user, which pg_dump dumps: their initial privileges stay those this
+-- script gave.  The update does not try pg_cron's connection for the job
+-- 0.1.0 scheduled: it holds the table's lock; pklimit_schedule_purge() does.
 DO $do$
 DECLARE
 	o record;
@@ -536,7 +559,9 @@ BEGIN
 					 ('TABLE', '@extschema@.pklimit_purge_status',
 					  'purge_status_view', 'pg_catalog.pg_class'::pg_catalog.regclass),
 					 ('FUNCTION', '@extschema@.pklimit_schedule_purge(pg_catalog.text)',
-					  'schedule_purge', 'pg_catalog.pg_proc'::pg_catalog.regclass)) v(kind, object, name, classid)
+					  'schedule_purge', 'pg_catalog.pg_proc'::pg_catalog.regclass),
+					 ('FUNCTION', '@extschema@.pklimit_purge_job_error(pg_catalog.int8)',
+					  NULL, 'pg_catalog.pg_proc'::pg_catalog.regclass)) v(kind, object, name, classid)
 	LOOP
 		IF o.kind OPERATOR(pg_catalog.=) 'FUNCTION' THEN
 			SELECT p.oid, p.proacl AS acl, p.proowner AS owner INTO obj FROM pg_catalog.pg_proc p
@@ -545,7 +570,22 @@ BEGIN
 			SELECT c.oid, c.relacl AS acl, c.relowner AS owner INTO obj FROM pg_catalog.pg_class c
 			 WHERE c.oid OPERATOR(pg_catalog.=) o.object::pg_catalog.regclass;
 		END IF;
-		fresh := obj.acl;
+		FOR change IN
+			SELECT DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+				   ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END AS grantee
+			  FROM pg_catalog.aclexplode(obj.acl) a
+			 WHERE a.grantee OPERATOR(pg_catalog.<>) obj.owner
+			   AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole
+						AND COALESCE(o.name, '') OPERATOR(pg_catalog.~~) 'purge_status%')
+		LOOP
+			EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s', o.kind, o.object, change.grantee);
+		END LOOP;
+		IF o.name IS NULL THEN
+			CONTINUE;
+		END IF;
+		fresh := CASE o.kind WHEN 'FUNCTION'
+			THEN (SELECT p.proacl FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) obj.oid)
+			ELSE (SELECT c.relacl FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) obj.oid) END;
 		saved := NULLIF(pg_catalog.current_setting('pklimit_update.acl_' OPERATOR(pg_catalog.||) o.name),
 						'')::pg_catalog.aclitem[];
 		-- 0.1.0 gave each of them privileges of its own: NULL only if set so by hand
@@ -577,33 +617,6 @@ BEGIN
 		 WHERE i.objoid OPERATOR(pg_catalog.=) obj.oid
 		   AND i.classoid OPERATOR(pg_catalog.=) o.classid
 		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
-	END LOOP;
-END
-$do$;
-
--- A purge job of 0.1.0 runs where cron.host said when it was scheduled:
--- scheduled again, as pklimit_schedule_purge does it (the same job, moved to
--- the server's socket where only that connects, or a WARNING).
-DO $do$
-DECLARE
-	job record;
-BEGIN
-	IF pg_catalog.current_setting('cron.database_name', true) IS DISTINCT FROM pg_catalog.current_database()
-	   OR NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
-					  JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
-					  WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
-					  AND d.objid OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace('cron')
-					  AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
-					  AND d.deptype OPERATOR(pg_catalog.=) 'e'
-					  AND e.extname OPERATOR(pg_catalog.=) 'pg_cron') THEN
-		RETURN;
-	END IF;
-	FOR job IN EXECUTE 'SELECT j.schedule FROM cron.job j'
-		' WHERE j.jobname OPERATOR(pg_catalog.=) ''pklimit-purge'''
-		' AND j.database OPERATOR(pg_catalog.=) pg_catalog.current_database()'
-		' AND j.username OPERATOR(pg_catalog.=) CURRENT_USER'
-	LOOP
-		PERFORM @extschema@.pklimit_schedule_purge(job.schedule);
 	END LOOP;
 END
 $do$;

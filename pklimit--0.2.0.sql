@@ -279,10 +279,9 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-	cron_db text := pg_catalog.current_setting('cron.database_name', true);
+	cron_db text;
 	command text := 'SELECT @extschema@.pklimit_purge()';
-	socket text := pg_catalog.btrim(pg_catalog.split_part(
-		pg_catalog.current_setting('unix_socket_directories', true), ',', 1), ' "');
+	socket text;
 	job_id bigint;
 	job record;
 	problem text;
@@ -292,6 +291,14 @@ BEGIN
 		RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
 			MESSAGE = 'schedule must not be null';
 	END IF;
+	-- pg_cron's settings are a superuser's to read
+	BEGIN
+		cron_db := pg_catalog.current_setting('cron.database_name', true);
+	EXCEPTION WHEN insufficient_privilege THEN
+		RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+			MESSAGE = 'pklimit_schedule_purge must read pg_cron''s settings, which this role may not',
+			HINT = 'Run it as a superuser, or as a member of pg_read_all_settings.';
+	END;
 	IF cron_db IS NULL OR cron_db = '' THEN
 		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
 			MESSAGE = 'pg_cron is not loaded, so the pklimit purge is not scheduled',
@@ -322,18 +329,31 @@ BEGIN
 	EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO job_id
 		USING 'pklimit-purge', schedule, command;
 
+	-- pg_cron's connection to run the job, tried where the caller may
+	IF NOT pg_catalog.has_function_privilege('@extschema@.pklimit_purge_job_error(pg_catalog.int8)',
+											 'EXECUTE') THEN
+		RAISE WARNING USING ERRCODE = 'insufficient_privilege',
+			MESSAGE = pg_catalog.format('whether pg_cron can connect to run the pklimit purge (job %s) was not checked',
+				job_id),
+			HINT = pg_catalog.format('A superuser can check it: SELECT pklimit_purge_job_error(%s);', job_id);
+		RETURN job_id;
+	END IF;
 	problem := @extschema@.pklimit_purge_job_error(job_id);
-	IF problem IS NOT NULL AND socket OPERATOR(pg_catalog.<>) '' THEN
+	IF problem IS NOT NULL THEN
 		BEGIN
-			-- a superuser's change (pg_cron grants no UPDATE), undone if
-			-- the socket fails too
-			EXECUTE 'UPDATE cron.job SET nodename = $1 WHERE jobid OPERATOR(pg_catalog.=) $2'
-				USING socket, job_id;
-			socket_problem := @extschema@.pklimit_purge_job_error(job_id);
-			IF socket_problem IS NOT NULL THEN
-				RAISE EXCEPTION USING ERRCODE = 'no_data_found';
+			-- a superuser's reading and change (pg_cron grants no UPDATE),
+			-- undone if the socket fails too
+			socket := pg_catalog.btrim(pg_catalog.split_part(
+				pg_catalog.current_setting('unix_socket_directories'), ',', 1), ' "');
+			IF socket OPERATOR(pg_catalog.<>) '' THEN
+				EXECUTE 'UPDATE cron.job SET nodename = $1 WHERE jobid OPERATOR(pg_catalog.=) $2'
+					USING socket, job_id;
+				socket_problem := @extschema@.pklimit_purge_job_error(job_id);
+				IF socket_problem IS NOT NULL THEN
+					RAISE EXCEPTION USING ERRCODE = 'no_data_found';
+				END IF;
+				problem := NULL;
 			END IF;
-			problem := NULL;
 		EXCEPTION WHEN no_data_found OR insufficient_privilege THEN
 			NULL;
 		END;

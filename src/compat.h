@@ -114,4 +114,13 @@ pklimit_parse_interval(const char *text, Interval *result)
 #endif
 }
 
+/* PostgreSQL 18 gives index_beginscan() an instrumentation argument. */
+#if PG_VERSION_NUM >= 180000
+#define pklimit_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys))
+#else
+#define pklimit_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
+#endif
+
 #endif							/* PKLIMIT_COMPAT_H */

@@ -27,13 +27,13 @@
 #include "fmgr.h"
 #include "libpq-fe.h"
 #include "miscadmin.h"
+#include "storage/fd.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
-#include "utils/wait_event.h"
 
 #include "pklimit.h"
 
@@ -69,11 +69,20 @@ connection_error(const char *host, int port, const char *dbname,
 	char	   *volatile error = NULL;
 
 	snprintf(port_text, sizeof(port_text), "%d", port);
+	/* a socket is a file the backend must count, as dblink's are */
+	if (!AcquireExternalFD())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("could not connect as pg_cron would"),
+				 errdetail("There are too many open files on the local server.")));
 	conn = PQconnectStartParams(keywords, values, false);
 	if (conn == NULL)
+	{
+		ReleaseExternalFD();
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
+	}
 	PG_TRY();
 	{
 		PostgresPollingStatusType status = PGRES_POLLING_WRITING;
@@ -95,7 +104,8 @@ connection_error(const char *host, int port, const char *dbname,
 									 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
 									 (status == PGRES_POLLING_READING ?
 									  WL_SOCKET_READABLE : WL_SOCKET_WRITEABLE),
-									 PQsocket(conn), wait_ms, PG_WAIT_EXTENSION);
+									 PQsocket(conn), wait_ms,
+									 pklimit_wait_event(PKLIMIT_WAIT_CRON_CONNECT));
 			ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
 			status = PQconnectPoll(conn);
@@ -113,6 +123,7 @@ connection_error(const char *host, int port, const char *dbname,
 	PG_FINALLY();
 	{
 		PQfinish(conn);
+		ReleaseExternalFD();
 	}
 	PG_END_TRY();
 	return error;
@@ -121,8 +132,9 @@ connection_error(const char *host, int port, const char *dbname,
 /*
  * pklimit_purge_job_error(job bigint): NULL if pg_cron can run the job (with
  * cron.use_background_workers on, it needs no connection), else the error
- * its connection meets.  The job is read as the caller, who sees only its
- * own jobs unless a superuser.  Not executable by PUBLIC.
+ * its connection meets.  The job is read as the caller, and only a
+ * superuser may try the connection of another role's job: it authenticates
+ * with the server's own credentials.  Not executable by PUBLIC.
  */
 PG_FUNCTION_INFO_V1(pklimit_purge_job_error);
 Datum
@@ -159,14 +171,26 @@ pklimit_purge_job_error(PG_FUNCTION_ARGS)
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("pg_cron has no job " INT64_FORMAT, DatumGetInt64(arg)),
+				 errmsg("pg_cron has no job %lld", (long long) DatumGetInt64(arg)),
 				 errdetail("A role other than a superuser sees only its own jobs.")));
 	job = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
-	host = MemoryContextStrdup(caller_context, SPI_getvalue(job, desc, 1));
+	host = SPI_getvalue(job, desc, 1);
 	port = DatumGetInt32(SPI_getbinval(job, desc, 2, &isnull));
-	dbname = MemoryContextStrdup(caller_context, SPI_getvalue(job, desc, 3));
-	user = MemoryContextStrdup(caller_context, SPI_getvalue(job, desc, 4));
+	dbname = SPI_getvalue(job, desc, 3);
+	user = SPI_getvalue(job, desc, 4);
+	if (host == NULL || isnull || dbname == NULL || user == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pg_cron's job %lld has no host, port, database or user",
+						(long long) DatumGetInt64(arg))));
+	if (!superuser() && strcmp(user, GetUserNameFromId(GetUserId(), false)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("only a superuser can try the connection of another role's pg_cron job")));
+	host = MemoryContextStrdup(caller_context, host);
+	dbname = MemoryContextStrdup(caller_context, dbname);
+	user = MemoryContextStrdup(caller_context, user);
 	SPI_finish();
 
 	/* a job run in a background worker of pg_cron connects to nothing */

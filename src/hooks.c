@@ -72,6 +72,7 @@
  * stored: only roles that bypass row level security may hold it.
  */
 #define READ_PRIVILEGES ACL_SELECT
+#define READ_PRIVILEGE_NAMES "SELECT"
 
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 static object_access_hook_type prev_object_access = NULL;
@@ -265,7 +266,7 @@ guard_grant(void)
 	writers = (grantees.writers != NIL);
 	readers = (grantees.readers != NIL);
 	revoke_privileges(relid, owner, FORBIDDEN_PRIVILEGE_NAMES, grantees.writers);
-	revoke_privileges(relid, owner, "SELECT", grantees.readers);
+	revoke_privileges(relid, owner, READ_PRIVILEGE_NAMES, grantees.readers);
 	CommandCounterIncrement();
 	if (forbidden_grantees(relid, &owner, &grantees))
 		ereport(ERROR,
@@ -276,11 +277,14 @@ guard_grant(void)
 	ereport(WARNING,
 			(errcode(ERRCODE_WARNING_PRIVILEGE_NOT_GRANTED),
 			 errmsg("privileges on pklimit's table \"platformkit_limits\" were left out of the GRANT"),
-			 errdetail("%s%s%s",
-					   writers ? psprintf("Only the table's owner may hold %s on it: they would let another role write or lock the table, or get around its row level security.",
-										  FORBIDDEN_PRIVILEGE_NAMES) : "",
-					   writers && readers ? " " : "",
-					   readers ? "SELECT is left out for roles that row level security applies to: it would show them no row, but let them learn which keys are stored." : ""),
+			 writers && readers ?
+			 errdetail("Only the table's owner may hold %s on it: they would let another role write or lock the table, or get around its row level security. %s is left out for roles that row level security applies to: it would show them no row, but let them learn which keys are stored.",
+					   FORBIDDEN_PRIVILEGE_NAMES, READ_PRIVILEGE_NAMES) :
+			 writers ?
+			 errdetail("Only the table's owner may hold %s on it: they would let another role write or lock the table, or get around its row level security.",
+					   FORBIDDEN_PRIVILEGE_NAMES) :
+			 errdetail("%s is left out for roles that row level security applies to: it would show them no row, but let them learn which keys are stored.",
+					   READ_PRIVILEGE_NAMES),
 			 errhint("Applications reach the table through pklimit's functions; a role that must read every row needs BYPASSRLS.")));
 }
 

@@ -70,6 +70,7 @@ pklimit_wait_event(PklimitWait wait)
 		[PKLIMIT_WAIT_ANSWER] = "PklimitAnswer",
 		[PKLIMIT_WAIT_IDLE] = "PklimitWorkerIdle",
 		[PKLIMIT_WAIT_RETRY] = "PklimitWorkerRetry",
+		[PKLIMIT_WAIT_CRON_CONNECT] = "PklimitPurgeJobCheck",
 	};
 	static uint32 events[lengthof(names)];
 

@@ -199,7 +199,8 @@ typedef enum PklimitWait
 {
 	PKLIMIT_WAIT_ANSWER,		/* a caller waits for its answer */
 	PKLIMIT_WAIT_IDLE,			/* a worker waits for requests */
-	PKLIMIT_WAIT_RETRY			/* a worker waits to try a locked row again */
+	PKLIMIT_WAIT_RETRY,			/* a worker waits to try a locked row again */
+	PKLIMIT_WAIT_CRON_CONNECT	/* a backend connects as pg_cron would */
 } PklimitWait;
 
 /*
@@ -368,7 +369,7 @@ extern void pklimit_registry_served(Oid dboid);
 extern bool pklimit_registry_retire(void);
 extern void pklimit_terminate_workers(Oid dboid);
 extern pid_t pklimit_registry_worker_pid(Oid dboid);
-extern int	pklimit_registry_sharers(Oid *dboids);
+extern int	pklimit_registry_sharers(int *entries);
 
 /* worker.c */
 extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
@@ -413,8 +414,9 @@ extern bool pklimit_store_forget(const PklimitTable *table,
 								 const char *stored_key);
 extern int64 pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff,
 								 int64 limit, TimestampTz *from);
-extern bool pklimit_store_oldest_window_end(Oid nspid, TimestampTz *oldest,
-											bool *found);
+extern bool pklimit_store_oldest(Oid nspid, TimestampTz cutoff,
+								 TimestampTz *oldest, TimestampTz *expired,
+								 bool *found);
 extern bool pklimit_in_system;
 
 /* unit.c: one unit of the worker's transaction */

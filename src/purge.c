@@ -498,6 +498,7 @@ pklimit_purge_status_0_2(PG_FUNCTION_ARGS)
 	bool		found;
 	TimestampTz cutoff;
 	TimestampTz oldest = 0;
+	TimestampTz expired;
 	bool		any_row;
 	TupleDesc	tupdesc;
 	Datum		values[8];
@@ -509,15 +510,15 @@ pklimit_purge_status_0_2(PG_FUNCTION_ARGS)
 		elog(ERROR, "return type must be a row type");
 	found = last_status(&status);
 	status_columns(&status, found, values, nulls);
-	if (!pklimit_store_oldest_window_end(get_func_namespace(fcinfo->flinfo->fn_oid),
-										 &oldest, &any_row))
+	if (!pklimit_store_oldest(get_func_namespace(fcinfo->flinfo->fn_oid),
+							  cutoff, &oldest, &expired, &any_row))
 		nulls[6] = nulls[7] = true; /* not known here */
 	else
 	{
 		Interval   *overdue = palloc0(sizeof(Interval));
 
-		if (any_row && oldest < cutoff)
-			overdue->time = cutoff - oldest;
+		if (expired < cutoff)
+			overdue->time = cutoff - expired;
 		values[6] = TimestampTzGetDatum(oldest);
 		nulls[6] = !any_row;
 		values[7] = IntervalPGetDatum(overdue);

@@ -15,10 +15,14 @@
  * the queue full takes the places of the youngest queued requests of
  * databases past theirs, which are answered queue_full.  A database that
  * has no worker and can get none now (back-off, no slot) is answered
- * no_worker at once instead of holding slots for the whole budget.
+ * no_worker at once instead of holding slots for the whole budget.  The
+ * slots each sharer holds are counted as they are taken and freed, by the
+ * registry entry of their database (a slot's share), so no decision scans
+ * the slots but a push-out, and the recount when an entry changes hands.
  *
- * Locking: the slots, nfree and next_seq are protected by pklimit_lock (see
- * pklimit.h): exclusive to change a slot's state, shared to look at one.
+ * Locking: the slots, nfree, next_seq and the shares' counts are protected
+ * by pklimit_lock (see pklimit.h): exclusive to change a slot's state, shared
+ * to look at one.
  * A caller that gives up (timeout, cancel, exit) frees a queued slot itself;
  * a slot a worker has already taken is marked abandoned and freed by the
  * worker, so no slot leaks either way.  Latches are set after the lock is
@@ -56,6 +60,7 @@ typedef enum SlotState
 typedef struct Slot
 {
 	SlotState	state;
+	int			share;			/* registry entry whose share holds it, or -1 */
 	int			caller_procno;	/* whose latch to set when answered */
 	int			worker;			/* registry index of the worker that took it */
 	bool		locked;			/* set aside by the worker: its row is locked */
@@ -64,28 +69,35 @@ typedef struct Slot
 	PklimitAnswer answer;
 } Slot;
 
+/* What the slots of one registry entry's database hold. */
+typedef struct Share
+{
+	Oid			dboid;			/* the database counted */
+	int			held;			/* its slots not free */
+} Share;
+
 typedef struct Queue
 {
 	uint64		next_seq;
 	int			nfree;			/* slots in state SLOT_FREE */
+	Share	   *shares;			/* pklimit_max_workers, after the slots */
 	Slot		slots[FLEXIBLE_ARRAY_MEMBER];	/* pklimit_queue_size */
 } Queue;
 
 static Queue *queue = NULL;
 
 /*
- * A caller's scratch space for the sharers and the slots each holds,
- * allocated before the lock is first taken (nothing may raise an error
- * under it): pklimit_max_workers of each.
+ * A caller's scratch space for the sharers' entries, allocated before the
+ * lock is first taken (nothing may raise an error under it).
  */
-static Oid *sharers = NULL;
-static int *held = NULL;
+static int *sharers = NULL;		/* pklimit_max_workers */
 
 Size
 pklimit_queue_shmem_size(void)
 {
-	return add_size(offsetof(Queue, slots),
-					mul_size(pklimit_queue_size, sizeof(Slot)));
+	return add_size(add_size(offsetof(Queue, slots),
+							 mul_size(pklimit_queue_size, sizeof(Slot))),
+					mul_size(pklimit_max_workers, sizeof(Share)));
 }
 
 /* In shmem_startup, with AddinShmemInitLock held. */
@@ -101,6 +113,7 @@ pklimit_queue_shmem_init(void)
 		memset(queue, 0, pklimit_queue_shmem_size());
 		queue->nfree = pklimit_queue_size;
 	}
+	queue->shares = (Share *) &queue->slots[pklimit_queue_size];
 }
 
 /*
@@ -118,8 +131,46 @@ pklimit_queue_share(void)
 static void
 free_slot(Slot *slot)
 {
+	if (slot->share >= 0)
+		queue->shares[slot->share].held--;
 	slot->state = SLOT_FREE;
 	queue->nfree++;
+}
+
+/*
+ * Count the slots of database dboid in registry entry r's share, from now
+ * on: an entry that served another database gets its count again from the
+ * slots (those of the other database leave the share; those dboid holds
+ * in another entry's share come over).  Only when an entry changes hands,
+ * so the scan is rare.  Lock held exclusively.
+ */
+static void
+count_share(int r, Oid dboid)
+{
+	Share	   *share = &queue->shares[r];
+
+	if (share->dboid == dboid)
+		return;
+	for (int i = 0; i < pklimit_queue_size; i++)
+	{
+		Slot	   *slot = &queue->slots[i];
+
+		if (slot->state == SLOT_FREE)
+			continue;
+		if (slot->request.dboid == dboid && slot->share != r)
+		{
+			if (slot->share >= 0)
+				queue->shares[slot->share].held--;
+			slot->share = r;
+			share->held++;
+		}
+		else if (slot->request.dboid != dboid && slot->share == r)
+		{
+			slot->share = -1;
+			share->held--;
+		}
+	}
+	share->dboid = dboid;
 }
 
 static void
@@ -211,41 +262,28 @@ release_slots_on_error(int code, Datum arg)
 	release_slots((Waiter *) DatumGetPointer(arg), NULL, NULL);
 }
 
-/* The index of database dboid among the nsharers sharers, or -1. */
-static int
-sharer_of(Oid dboid, int nsharers)
-{
-	for (int s = 0; s < nsharers; s++)
-		if (sharers[s] == dboid)
-			return s;
-	return -1;
-}
-
 /*
- * The youngest queued request of a database other than dboid that holds
- * more than share slots (or is no sharer at all), pushed out of the queue
- * with the rest of its group to make room: its slots are free again, and
- * its caller, to be woken in *caller, finds it answered queue_full.  False
- * if there is none.  Lock held exclusively.
+ * The youngest queued request of a database other than that of share
+ * mine whose share holds more than share slots (or that has no share),
+ * pushed out of the queue with the rest of its group to make room: its
+ * slots are free again, and its caller, to be woken in *caller, finds it
+ * answered queue_full.  False if there is none.  Lock held exclusively.
  */
 static bool
-push_out_youngest(Oid dboid, int nsharers, int share, int *caller)
+push_out_youngest(int mine, int share, int *caller)
 {
 	Slot	   *youngest = NULL;
-	int			owner = -1;
 	uint64		group;
 
 	for (int i = 0; i < pklimit_queue_size; i++)
 	{
 		Slot	   *slot = &queue->slots[i];
-		int			s = sharer_of(slot->request.dboid, nsharers);
 
-		if (slot->state != SLOT_QUEUED || slot->request.dboid == dboid ||
+		if (slot->state != SLOT_QUEUED || slot->share == mine ||
 			(youngest != NULL && slot->seq < youngest->seq) ||
-			(s >= 0 && held[s] <= share))
+			(slot->share >= 0 && queue->shares[slot->share].held <= share))
 			continue;
 		youngest = slot;
-		owner = s;
 	}
 	if (youngest == NULL)
 		return false;
@@ -255,67 +293,54 @@ push_out_youngest(Oid dboid, int nsharers, int share, int *caller)
 	{
 		Slot	   *slot = &queue->slots[i];
 
-		if (slot != youngest &&
-			(group == 0 || slot->state != SLOT_QUEUED ||
-			 slot->request.group != group))
-			continue;
-		free_slot(slot);
-		if (owner >= 0)
-			held[owner]--;
+		if (slot == youngest ||
+			(group != 0 && slot->state == SLOT_QUEUED &&
+			 slot->request.group == group))
+			free_slot(slot);
 	}
 	return true;
 }
 
 /*
- * Make room for n more requests of database dboid, as the shares allow
- * (see the file's header).  The callers of the requests pushed out to make
- * it go to pushed[] (*npushed of them), to be woken once the lock is
- * released.  Lock held exclusively.
+ * Make room for n more requests in registry entry mine's share, as the
+ * shares allow (see the file's header).  The callers of the requests
+ * pushed out to make it go to pushed[] (*npushed of them), to be woken once
+ * the lock is released.  Lock held exclusively.
  */
 static bool
-make_room(Oid dboid, int n, int *pushed, int *npushed)
+make_room(int mine, int n, int *pushed, int *npushed)
 {
 	int			share = pklimit_queue_share();
 	int			nsharers = pklimit_registry_sharers(sharers);
-	int			mine = sharer_of(dboid, nsharers);
 	int			reserved = 0;
 
 	*npushed = 0;
-	if (queue->nfree - n >= nsharers * share)
-		return true;			/* every share still fits in what is left */
-
-	/* the slots each sharer holds, in one pass */
-	memset(held, 0, sizeof(int) * nsharers);
-	for (int i = 0; i < pklimit_queue_size; i++)
-	{
-		const Slot *slot = &queue->slots[i];
-		int			s;
-
-		if (slot->state != SLOT_FREE &&
-			(s = sharer_of(slot->request.dboid, nsharers)) >= 0)
-			held[s]++;
-	}
-	for (int s = 0; s < nsharers; s++)
-		if (s != mine)
-			reserved += Max(0, share - held[s]);
-
+	/* the others' whole shares still fit in what is left */
+	if (queue->nfree - n >= (nsharers - 1) * share)
+		return true;
 	/* past its share: only what the other shares leave */
-	if (mine < 0 || held[mine] + n > share)
+	if (queue->shares[mine].held + n > share)
+	{
+		for (int s = 0; s < nsharers; s++)
+			if (sharers[s] != mine)
+				reserved += Max(0, share - queue->shares[sharers[s]].held);
 		return queue->nfree - n >= reserved;
+	}
 	/* within it: the places of requests of databases past theirs */
 	while (queue->nfree < n && *npushed < PKLIMIT_GROUP_MAX &&
-		   push_out_youngest(dboid, nsharers, share, &pushed[*npushed]))
+		   push_out_youngest(mine, share, &pushed[*npushed]))
 		(*npushed)++;
 	return queue->nfree >= n;
 }
 
 /*
- * Queue the n requests of one caller in free slots (make_room found them),
- * in arrival order; the requests of a group carry its number.  Lock held
- * exclusively.
+ * Queue the n requests of one caller in free slots of registry entry
+ * share's share (make_room found them), in arrival order; the requests of
+ * a group carry its number.  False if there are not n free slots after
+ * all.  Lock held exclusively.
  */
-static void
-queue_requests(const PklimitRequest *requests, int n, Waiter *w)
+static bool
+queue_requests(const PklimitRequest *requests, int n, int share, Waiter *w)
 {
 	uint64		group = (n > 1) ? queue->next_seq + 1 : 0;
 
@@ -323,12 +348,14 @@ queue_requests(const PklimitRequest *requests, int n, Waiter *w)
 	for (int i = 0; i < pklimit_queue_size && w->n < n; i++)
 		if (queue->slots[i].state == SLOT_FREE)
 			w->slots[w->n++] = i;
-	Assert(w->n == n);
+	if (w->n < n)
+		return false;			/* can't happen: nfree said there were */
 	for (int i = 0; i < n; i++)
 	{
 		Slot	   *slot = &queue->slots[w->slots[i]];
 
 		slot->state = SLOT_QUEUED;
+		slot->share = share;
 		slot->caller_procno = PKLIMIT_MY_PROCNO;
 		slot->worker = -1;
 		slot->locked = false;
@@ -339,27 +366,33 @@ queue_requests(const PklimitRequest *requests, int n, Waiter *w)
 		w->done[i] = false;
 	}
 	queue->nfree -= n;
+	queue->shares[share].held += n;
+	return true;
 }
 
 /*
- * Make sure a worker serves the database of the caller's requests: false if
- * none can now (none runs or starts, and a database not in pklimit.databases
- * is in its back-off, or has no free slot), so its requests are answered
+ * Make sure a worker serves the database of the caller's requests, and
+ * return the registry entry whose share its requests take: -1 if none can
+ * now (none runs or starts, and a database not in pklimit.databases is in
+ * its back-off, or has no free slot), so its requests are answered
  * no_worker at once rather than holding slots for their whole budget.  The
  * worker to wake goes to *procno, whether it existed to *had_worker.  Lock
  * held exclusively.
  */
-static bool
+static int
 serve(Oid dboid, int static_index, bool *had_worker, int *procno,
 	  bool *start_failed)
 {
 	int			worker = pklimit_registry_ensure(dboid, static_index,
 												 GetCurrentTimestamp(),
 												 start_failed);
+	int			share = (static_index >= 0) ? static_index : worker;
 
 	*had_worker |= (worker >= 0);
 	*procno = pklimit_registry_procno(worker);
-	return worker >= 0 || static_index >= 0;
+	if (share >= 0)
+		count_share(share, dboid);
+	return share;
 }
 
 /*
@@ -401,8 +434,8 @@ look(Waiter *w, int static_index, TimestampTz *deadline, bool *had_worker,
 			!pklimit_op_rules(slot->request.kind).in_batch)
 			*deadline = DT_NOEND;
 	}
-	if (queued && !serve(dboid, static_index, had_worker, procno,
-						 &start_failed))
+	if (queued && serve(dboid, static_index, had_worker, procno,
+						&start_failed) < 0)
 	{
 		for (int i = 0; i < w->n; i++)
 		{
@@ -439,6 +472,7 @@ pklimit_submit(const PklimitRequest *requests, PklimitAnswer *answers, int n)
 {
 	Waiter		w;
 	int			procno;
+	int			share;
 	int			pushed[PKLIMIT_GROUP_MAX];
 	int			npushed = 0;
 	bool		had_worker = false;
@@ -450,29 +484,25 @@ pklimit_submit(const PklimitRequest *requests, PklimitAnswer *answers, int n)
 	Assert(n >= 1 && n <= PKLIMIT_GROUP_MAX);
 	memset(answers, 0, sizeof(PklimitAnswer) * n);
 	if (sharers == NULL)
-	{
 		sharers = MemoryContextAlloc(TopMemoryContext,
-									 sizeof(Oid) * pklimit_max_workers);
-		held = MemoryContextAlloc(TopMemoryContext,
-								  sizeof(int) * pklimit_max_workers);
-	}
+									 sizeof(int) * pklimit_max_workers);
 
-	/* raises no error, so no slot can leak before the cleanup below */
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	if (!serve(requests[0].dboid, static_index, &had_worker, &procno,
-			   &start_failed))
+	share = serve(requests[0].dboid, static_index, &had_worker, &procno,
+				  &start_failed);
+	if (share < 0)
 		refused = PKLIMIT_NO_WORKER;
-	else if (!make_room(requests[0].dboid, n, pushed, &npushed))
+	else if (!make_room(share, n, pushed, &npushed) ||
+			 !queue_requests(requests, n, share, &w))
 		refused = PKLIMIT_QUEUE_FULL;
-	else
-		queue_requests(requests, n, &w);
 	LWLockRelease(pklimit_lock);
 	for (int i = 0; i < npushed; i++)
 		wake(pushed[i]);
-	if (start_failed)
-		pklimit_registry_report_start_failure();
 	if (refused != PKLIMIT_OK)
 	{
+		/* only a refused call can have failed to start a worker */
+		if (start_failed)
+			pklimit_registry_report_start_failure();
 		for (int i = 0; i < n; i++)
 			answers[i].status = refused;
 		return;

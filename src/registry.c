@@ -266,8 +266,8 @@ pklimit_registry_report_start_failure(void)
  * max_worker_processes exhausted, or a recent start failed and the back-off
  * has not passed; *start_failed says whether a start was tried and failed
  * now).  A database with a static worker (static_index >= 0) never gets a
- * dynamic one: -1 until its static worker has attached, whose entry learns
- * the database's OID here if it has none yet.  Lock held exclusively.
+ * dynamic one: -1 until its static worker has attached.  Lock held
+ * exclusively.
  */
 int
 pklimit_registry_ensure(Oid dboid, int static_index, TimestampTz now,
@@ -278,10 +278,7 @@ pklimit_registry_ensure(Oid dboid, int static_index, TimestampTz now,
 
 	*start_failed = false;
 	if (static_index >= 0)
-	{
-		registry.workers[static_index].dboid = dboid;
 		return registry.workers[static_index].in_use ? static_index : -1;
-	}
 	for (int i = list_length(static_databases); i < pklimit_max_workers; i++)
 	{
 		WorkerEntry *w = &registry.workers[i];
@@ -416,20 +413,19 @@ pklimit_registry_retire(void)
 }
 
 /*
- * The databases that keep a share of the queue (queue.c): every database
- * with a worker entry, running or starting, and every database of
- * pklimit.databases, whose worker may be about to start again.  Their OIDs
- * go to dboids[] (pklimit_max_workers of them at most; InvalidOid for a
- * listed database none of whose processes has called yet).  Lock held.
+ * The entries whose databases keep a share of the queue (queue.c): every
+ * entry in use, running or starting, and the entry of every database of
+ * pklimit.databases, whose worker may be about to start again.  Their
+ * indexes go to entries[] (pklimit_max_workers of them at most).  Lock held.
  */
 int
-pklimit_registry_sharers(Oid *dboids)
+pklimit_registry_sharers(int *entries)
 {
 	int			n = 0;
 
 	for (int i = 0; i < pklimit_max_workers; i++)
 		if (registry.workers[i].in_use || i < list_length(static_databases))
-			dboids[n++] = registry.workers[i].dboid;
+			entries[n++] = i;
 	return n;
 }
 

@@ -23,11 +23,14 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/dependency.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -39,6 +42,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "pklimit.h"
 
 /* True only while this file's statements run: the RLS predicate. */
@@ -607,54 +611,140 @@ pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff, int64 limit,
 }
 
 /*
- * The end of the oldest window in pklimit's table of schema nspid, read
- * through the purge's index in the caller's backend, without a statement
- * and so without row level security, for monitoring (purge.c).  Returns
- * false if it cannot be known here: the table is missing or locked against
- * reads, or its rows are on Citus's nodes.  *found is false for an empty
- * table.
+ * The index of relid the purge walks: a plain btree whose first column is
+ * window_end.  Found by its definition, not its name.
+ */
+static Oid
+window_end_index(Relation rel)
+{
+	AttrNumber	window_end = get_attnum(RelationGetRelid(rel), "window_end");
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	Oid			found = InvalidOid;
+
+	foreach(lc, indexes)
+	{
+		HeapTuple	tuple = SearchSysCache1(INDEXRELID,
+											ObjectIdGetDatum(lfirst_oid(lc)));
+		Form_pg_index index;
+
+		if (!HeapTupleIsValid(tuple))
+			continue;
+		index = (Form_pg_index) GETSTRUCT(tuple);
+		if (index->indkey.values[0] == window_end && index->indisvalid &&
+			heap_attisnull(tuple, Anum_pg_index_indpred, NULL) &&
+			heap_attisnull(tuple, Anum_pg_index_indexprs, NULL))
+			found = index->indexrelid;
+		ReleaseSysCache(tuple);
+		if (OidIsValid(found))
+		{
+			tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(found));
+			if (!HeapTupleIsValid(tuple) ||
+				((Form_pg_class) GETSTRUCT(tuple))->relam != BTREE_AM_OID)
+				found = InvalidOid;
+			if (HeapTupleIsValid(tuple))
+				ReleaseSysCache(tuple);
+		}
+		if (OidIsValid(found))
+			break;
+	}
+	list_free(indexes);
+	return found;
+}
+
+/*
+ * How the oldest row of pklimit's table of schema nspid stands against a
+ * purge with this cutoff, read in the caller's backend through the purge's
+ * index, without a statement and so without row level security, for
+ * monitoring (purge.c): *oldest is the end of the oldest window, and
+ * *expired the moment the row the purge should have deleted longest ago
+ * became deletable (its window's end, or its block's if later), or
+ * DT_NOEND if none should have been.  *found is false for an empty table.
+ * Returns false if none of it can be known here without waiting: the table
+ * or its index is missing or locked against reads, or its rows are on
+ * Citus's nodes.
  */
 bool
-pklimit_store_oldest_window_end(Oid nspid, TimestampTz *oldest, bool *found)
+pklimit_store_oldest(Oid nspid, TimestampTz cutoff, TimestampTz *oldest,
+					 TimestampTz *expired, bool *found)
 {
 	Oid			relid = get_relname_relid("platformkit_limits", nspid);
-	Oid			indexid = get_relname_relid("platformkit_limits_window_end_idx",
-											nspid);
+	Oid			indexid;
 	bool		on_citus;
 	Relation	rel;
+	Relation	index;
 	Snapshot	snapshot;
-	SysScanDesc scan;
-	HeapTuple	tuple;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	AttrNumber	window_end;
+	AttrNumber	blocked_until;
 
 	*found = false;
-	if (!OidIsValid(relid) || !OidIsValid(indexid) ||
+	*expired = DT_NOEND;
+	if (!OidIsValid(relid) ||
 		getExtensionOfObject(RelationRelationId, relid) !=
 		get_extension_oid("pklimit", true) ||
 		!ConditionalLockRelationOid(relid, AccessShareLock))
 		return false;
+	rel = table_open(relid, NoLock);
+	indexid = window_end_index(rel);
+	if (!OidIsValid(indexid) ||
+		!ConditionalLockRelationOid(indexid, AccessShareLock))
+	{
+		table_close(rel, NoLock);
+		return false;
+	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	on_citus = in_citus_metadata(relid);
 	SPI_finish();
 	if (on_citus)
+	{
+		table_close(rel, NoLock);
 		return false;
+	}
 
-	rel = table_open(relid, NoLock);
+	/*
+	 * Rows in window_end order.  A row is deleted once its window ended
+	 * before the cutoff, unless it is blocked until later; so the first
+	 * unblocked row has the earliest end of all that follow it, and only
+	 * blocked rows before it need looking at.
+	 */
+	window_end = get_attnum(relid, "window_end");
+	blocked_until = get_attnum(relid, "blocked_until");
+	index = index_open(indexid, NoLock);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	scan = systable_beginscan(rel, indexid, true, snapshot, 0, NULL);
-	tuple = systable_getnext(scan);
-	if (HeapTupleIsValid(tuple))
+	scan = pklimit_index_beginscan(rel, index, snapshot, 0, 0);
+	index_rescan(scan, NULL, 0, NULL, 0);
+	slot = table_slot_create(rel, NULL);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
-		Datum		end = heap_getattr(tuple, get_attnum(relid, "window_end"),
-									   RelationGetDescr(rel), &isnull);
+		TimestampTz end = DatumGetTimestampTz(slot_getattr(slot, window_end,
+														   &isnull));
+		TimestampTz blocked = DT_NOBEGIN;
 
-		*found = !isnull;
-		if (!isnull)
-			*oldest = DatumGetTimestampTz(end);
+		if (!*found)
+			*oldest = end;
+		*found = true;
+		if (end >= cutoff || end >= *expired)
+			break;				/* no row from here on is earlier */
+		if (blocked_until != InvalidAttrNumber)
+		{
+			Datum		d = slot_getattr(slot, blocked_until, &isnull);
+
+			if (!isnull)
+				blocked = DatumGetTimestampTz(d);
+		}
+		if (blocked < cutoff)
+			*expired = Min(*expired, Max(end, blocked));
+		if (blocked <= end)
+			break;
 	}
-	systable_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
 	UnregisterSnapshot(snapshot);
+	index_close(index, NoLock);
 	table_close(rel, NoLock);
 	return true;
 }

@@ -7,7 +7,8 @@
 # and of those of pklimit.databases, are answered by their worker all
 # along; the flooding database sees its share and no more, and has its
 # row in pklimit_stats, queue_depth included, before any of its calls is
-# answered.
+# answered.  A database that gets its worker while another one's requests
+# fill the whole queue takes the places of the youngest of them.
 use strict;
 use warnings;
 use FindBin;
@@ -56,14 +57,18 @@ for my $db ('other', 'attacker')
 
 # --- a database of pklimit.databases whose worker is not there yet: its
 # waiting call has its row, and is answered once the worker comes
-like(slurp_file($node->logfile), qr/database "late" does not exist/,
+ok($node->wait_for_log(qr/database "late" does not exist/),
 	"late's static worker cannot start before the database exists");
 $node->safe_psql('postgres', 'CREATE DATABASE late');
 my $late = $node->background_psql('late');
 $late->query_safe('SET client_min_messages = error; CREATE EXTENSION pklimit');
+my $offset = -s $node->logfile;
 $node->safe_psql('postgres', 'ALTER DATABASE late ALLOW_CONNECTIONS false');
+# its next start fails; one that got in before is asked to leave
+$node->wait_for_log(qr/database "late" is not currently accepting connections/, $offset);
 $node->safe_psql('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
 	  . " WHERE backend_type = 'pklimit worker' AND datname = 'late'");
+ok($node->poll_query_until('postgres', sprintf($workers, 'late'), '0'), 'late has no worker');
 $late->query_until(qr/waiting/, "SET pklimit.timeout = '5min';\n\\echo waiting\nSELECT 'count=' || pklimit_count('k');\n");
 ok($node->poll_query_until('victim', sprintf($depth, 'late'), '1'),
 	'a database whose calls wait has its row in pklimit_stats, with their queue_depth, before any answer');
@@ -105,8 +110,10 @@ sub stop_flood
 }
 
 # 20 calls on one key each and one on 16 keys, in database $db: their
-# statuses, run-length encoded ("ok*36")
+# statuses, run-length encoded ("ok*36"); each may wait 30 s, however busy
+# the flood keeps the machine
 my $calls = q{
+	SET pklimit.timeout = '30s';
 	SELECT string_agg(s || '*' || n, ',' ORDER BY s) FROM (
 		SELECT s, count(*) n FROM (
 			SELECT c.status s FROM generate_series(1, 20) i,
@@ -139,21 +146,32 @@ ok($node->poll_query_until('victim', sprintf($depth, 'attacker'), '0'), "the flo
 # --- attacker has no worker: plain's parallel queries hold every free slot
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($attacker_pid)");
 ok($node->poll_query_until('postgres', sprintf($workers, 'attacker'), '0'), "attacker's worker is gone");
-my $filler = $node->background_psql('attacker', on_error_stop => 0, extra_params => [ '-U', 'plain' ]);
-$filler->query_until(qr/go/, "\\echo go\n"
-	  . "SET max_parallel_workers_per_gather = 8; SET parallel_setup_cost = 0;"
-	  . " SET parallel_tuple_cost = 0; SET parallel_leader_participation = off;\n"
-	  . "SELECT count(*) FROM filler WHERE pg_sleep(0.01) IS NOT NULL;\n");
-ok($node->poll_query_until('postgres',
-	"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'parallel worker'", '3'),
-	"plain's parallel query holds the three free worker slots");
+# the postmaster frees its slot a moment after: a parallel query started
+# before then gets one worker fewer, and is started again
+my $parallel = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'parallel worker'";
+my $filler;
+for my $try (1 .. 20)
+{
+	$filler = $node->background_psql('attacker', on_error_stop => 0, extra_params => [ '-U', 'plain' ]);
+	$filler->query_until(qr/go/, "\\echo go\n"
+		  . "SET max_parallel_workers_per_gather = 8; SET parallel_setup_cost = 0;"
+		  . " SET parallel_tuple_cost = 0; SET parallel_leader_participation = off;\n"
+		  . "SELECT count(*) FROM filler WHERE pg_sleep(0.01) IS NOT NULL;\n");
+	$node->poll_query_until('postgres', "SELECT ($parallel) >= 2");
+	last if $node->safe_psql('postgres', $parallel) eq '3';
+	$node->safe_psql('postgres',
+		"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE '%FROM filler%' AND pid <> pg_backend_pid()");
+	$filler->quit;
+	$node->poll_query_until('postgres', $parallel, '0');
+}
+is($node->safe_psql('postgres', $parallel), '3', "plain's parallel query holds the three free worker slots");
 $pgbench = flood('attacker');
 ok($node->poll_query_until('attacker', q{SELECT no_worker > 100 FROM pklimit_stats WHERE datname = 'attacker'}),
 	'a flood of a database that can get no worker is answered no_worker at once');
 is($node->safe_psql('victim', $calls), 'ok*36', "victim's calls are answered by its worker");
 is($node->safe_psql('other', $calls), 'ok*36', "and other's");
-cmp_ok($node->safe_psql('victim', sprintf($depth, 'attacker')), '<=', 64 * 16,
-	'the flood holds no more than its own calls');
+is(join(',', map { $node->safe_psql('victim', sprintf($depth, 'attacker')) } 1 .. 5), '0,0,0,0,0',
+	'the flood holds no slot of the queue');
 stop_flood($pgbench);
 $node->safe_psql('postgres',
 	"SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE '%FROM filler%' AND pid <> pg_backend_pid()");
@@ -176,6 +194,37 @@ stop_flood($pgbench);
 kill 'CONT', $victim_pid;
 ok($node->poll_query_until('victim', sprintf($depth, 'victim'), '0'), 'the flood is gone');
 is($node->safe_psql('victim', $calls), 'ok*36', "and victim's calls are answered again");
-
 $node->stop;
+
+# --- one database alone fills the whole queue; another that gets its
+# worker then takes the places of the youngest of those requests
+my $two = PostgreSQL::Test::Cluster->new('two_databases');
+$two->init;
+$two->append_conf('postgresql.conf', "shared_preload_libraries = 'pklimit'\nmax_connections = 120\n");
+$two->start;
+for my $db ('alone', 'newcomer')
+{
+	$two->safe_psql('postgres', "CREATE DATABASE $db");
+	$two->safe_psql($db, 'SET client_min_messages = error; CREATE EXTENSION pklimit');
+}
+$two->safe_psql('postgres', 'CREATE ROLE plain LOGIN');
+$node = $two;
+$two->safe_psql('alone', "SELECT pklimit_allow('start', 10, '1 day')");
+my $alone_pid = $two->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pklimit worker' AND datname = 'alone'");
+kill 'STOP', $alone_pid;
+$pgbench = flood('alone');
+ok($two->poll_query_until('alone', sprintf($depth, 'alone'), '1024'),
+	'a database alone may fill the whole queue');
+is($two->safe_psql('alone', "SELECT queue_full FROM pklimit_stats WHERE datname = 'alone'"), '0',
+	'with calls on 16 keys from 64 sessions, none refused');
+is($two->safe_psql('newcomer', $calls), 'ok*36',
+	"a database that then gets its worker has its calls answered by it");
+is($two->safe_psql('alone', sprintf($depth, 'alone')), 1024 - 16,
+	"in the places of the youngest of the other's requests (one call on 16 keys)");
+cmp_ok($two->safe_psql('alone', "SELECT queue_full FROM pklimit_stats WHERE datname = 'alone'"), '>', 0,
+	'which were answered queue_full');
+stop_flood($pgbench);
+kill 'CONT', $alone_pid;
+$two->stop;
 done_testing();

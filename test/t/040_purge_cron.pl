@@ -87,6 +87,33 @@ like($err_stock, qr/WARNING:  pg_cron cannot connect to run the pklimit purge/,
 $stock->safe_psql('postgres', 'DROP EXTENSION pklimit; CREATE EXTENSION pklimit');
 is($stock->safe_psql('postgres', "SELECT string_agg(username || '\@' || nodename, ',') FROM cron.job"),
 	'postgres@' . $stock->host, 'one job again, on the socket');
+# a role that is not a superuser, granted the helper, needs to read
+# pg_cron's settings; then it schedules its own job and is told its
+# connection was not checked, unless granted the check (it cannot move the
+# job to the socket)
+$stock->safe_psql('postgres', q{CREATE ROLE scheduler LOGIN;
+	GRANT EXECUTE ON FUNCTION pklimit_schedule_purge(text) TO scheduler});
+my ($ret_s, $out_s, $err_s) = $stock->psql('postgres', 'SELECT pklimit_schedule_purge() > 0',
+	extra_params => [ '-U', 'scheduler' ]);
+like($err_s, qr/ERROR:  pklimit_schedule_purge must read pg_cron's settings, which this role may not/,
+	"a role that may not read pg_cron's settings is told so");
+# pg_cron wants USAGE on its schema for a role to schedule jobs
+$stock->safe_psql('postgres', 'GRANT pg_read_all_settings TO scheduler; GRANT USAGE ON SCHEMA cron TO scheduler');
+($ret_s, $out_s, $err_s) = $stock->psql('postgres', 'SELECT pklimit_schedule_purge() > 0',
+	extra_params => [ '-U', 'scheduler' ]);
+is($out_s, 't', 'with pg_read_all_settings (and USAGE on schema cron) it schedules the purge');
+like($err_s, qr/WARNING:  whether pg_cron can connect to run the pklimit purge \(job \d+\) was not checked/,
+	'and is told it was not checked');
+$stock->safe_psql('postgres', 'GRANT EXECUTE ON FUNCTION pklimit_purge_job_error(bigint) TO scheduler');
+($ret_s, $out_s, $err_s) = $stock->psql('postgres', 'SELECT pklimit_schedule_purge() > 0',
+	extra_params => [ '-U', 'scheduler' ]);
+like($err_s, qr/WARNING:  pg_cron cannot connect to run the pklimit purge \(job \d+\): every run will fail/,
+	'granted the check, it learns that its job cannot connect (localhost, over TCP)');
+my $postgres_job = $stock->safe_psql('postgres', "SELECT jobid FROM cron.job WHERE username = 'postgres'");
+($ret_s, $out_s, $err_s) = $stock->psql('postgres', "SELECT pklimit_purge_job_error($postgres_job)",
+	extra_params => [ '-U', 'scheduler' ]);
+like($err_s, qr/ERROR:  pg_cron has no job $postgres_job/, "but cannot try another role's job");
+$stock->safe_psql('postgres', q{SELECT cron.unschedule(jobid) FROM cron.job WHERE username = 'scheduler'});
 
 # --- another database: a warning with the exact call to run
 $node->safe_psql('postgres', 'CREATE DATABASE app');
@@ -123,10 +150,14 @@ $_->safe_psql('postgres', "SELECT pklimit_schedule_purge('* * * * *')") for ($no
 my $succeeded = q{
 	SELECT count(*) > 0 FROM cron.job_run_details r JOIN cron.job j USING (jobid)
 	WHERE j.jobname = 'pklimit-purge' AND r.status = 'succeeded'};
+# each is scheduled hourly again as soon as it ran, so that no second run
+# comes before the checks
 ok($node->poll_query_until('postgres', $succeeded, 't'),
 	'pg_cron ran the purge job in a background worker, and it succeeded');
+$node->safe_psql('postgres', "SELECT pklimit_schedule_purge()");
 ok($stock->poll_query_until('postgres', $succeeded, 't'),
 	"and over a connection to the server's socket, with pg_cron's default settings");
+$stock->safe_psql('postgres', "SELECT pklimit_schedule_purge()");
 note(sprintf('the jobs ran after %.0f s', time() - $start));
 for my $n ($node, $stock)
 {
@@ -138,7 +169,6 @@ for my $n ($node, $stock)
 		"$name: pklimit_purge_status shows what the purge deleted");
 	is($n->safe_psql('postgres', 'SELECT overdue FROM pklimit_purge_status'), '00:00:00',
 		"$name: and no row outlives its retention");
-	$n->safe_psql('postgres', "SELECT pklimit_schedule_purge()");
 }
 $stock->stop;
 is($node->safe_psql('app', "SELECT count(*) FROM platformkit_limits"), '2500',

@@ -86,8 +86,9 @@ is($node->safe_psql('old', $app_privileges), '', 'the update took back what 0.2.
 is($node->safe_psql('old', "SELECT has_table_privilege('auditor', 'platformkit_limits', 'SELECT')"), 't',
 	'but a SELECT of a role that bypasses row level security');
 $node->safe_psql('old', "REVOKE ALL ON platformkit_limits FROM auditor");
-is($node->safe_psql('old', "SELECT nodename FROM cron.job WHERE jobname = 'pklimit-purge'"), $node->host,
-	"the update moved the purge job to the server's socket, where pg_cron can connect");
+like($node->safe_psql('old',
+	"SELECT pklimit_purge_job_error(jobid) FROM cron.job WHERE jobname = 'pklimit-purge'"),
+	qr/localhost.*failed/, 'after the update, pklimit_purge_job_error tells that the job of 0.1.0 cannot run');
 is($node->safe_psql('old', "SELECT has_function_privilege('app', 'pklimit_purge_status(interval)', 'EXECUTE')"), 't',
 	'the grant on the replaced pklimit_purge_status is carried over');
 $node->safe_psql('old', 'REVOKE ALL ON FUNCTION pklimit_purge_status(interval) FROM app');
@@ -96,6 +97,10 @@ $node->safe_psql('old', 'REVOKE ALL ON FUNCTION pklimit_purge_status(interval) F
 $node->safe_psql('old', "SELECT pklimit_forget('during')");
 is($node->safe_psql('old', $rows), $rows_before, 'every row and count is kept');
 is($node->safe_psql('old', $job), $job_before, 'the pg_cron job is kept');
+$node->safe_psql('old', 'SELECT pklimit_schedule_purge()');
+is($node->safe_psql('old', "SELECT nodename FROM cron.job WHERE jobname = 'pklimit-purge'"), $node->host,
+	"pklimit_schedule_purge() moves it to the server's socket, where pg_cron can connect");
+is($node->safe_psql('old', $job), $job_before, 'the same job');
 my $updated = extension_catalog($node, 'old');
 my $fresh = extension_catalog($node, 'fresh');
 like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval,bigint,boolean,interval\)/m,
@@ -136,7 +141,13 @@ is($node->safe_psql('carried', q{
 $node->safe_psql('postgres', 'CREATE DATABASE defaults');
 $node->safe_psql('defaults', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.1.0'");
 $node->safe_psql('defaults', 'ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC');
+$node->safe_psql('defaults', 'ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO app');
 $node->safe_psql('defaults', 'ALTER EXTENSION pklimit UPDATE');
+is($node->safe_psql('defaults', q{
+	SELECT string_agg(p.proname || ':' || has_function_privilege('app', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
+	  FROM pg_proc p WHERE p.proname IN ('pklimit_purge_job_error', 'pklimit_purge_status', 'pklimit_schedule_purge')}),
+	'pklimit_purge_job_error:false pklimit_purge_status:false pklimit_schedule_purge:false',
+	'default privileges that grant EXECUTE give nothing on the functions the update makes');
 is($node->safe_psql('defaults', q{
 	SELECT string_agg(p.proname || ':' || has_function_privilege('app', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
 	  FROM pg_proc p WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
