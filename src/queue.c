@@ -80,11 +80,11 @@ typedef struct Queue
 {
 	uint64		next_seq;
 	int			nfree;			/* slots in state SLOT_FREE */
-	Share	   *shares;			/* pklimit_max_workers, after the slots */
 	Slot		slots[FLEXIBLE_ARRAY_MEMBER];	/* pklimit_queue_size */
 } Queue;
 
 static Queue *queue = NULL;
+static Share *shares = NULL;	/* pklimit_max_workers, after the slots */
 
 /*
  * A caller's scratch space for the sharers' entries, allocated before the
@@ -113,7 +113,7 @@ pklimit_queue_shmem_init(void)
 		memset(queue, 0, pklimit_queue_shmem_size());
 		queue->nfree = pklimit_queue_size;
 	}
-	queue->shares = (Share *) &queue->slots[pklimit_queue_size];
+	shares = (Share *) &queue->slots[pklimit_queue_size];
 }
 
 /*
@@ -132,7 +132,7 @@ static void
 free_slot(Slot *slot)
 {
 	if (slot->share >= 0)
-		queue->shares[slot->share].held--;
+		shares[slot->share].held--;
 	slot->state = SLOT_FREE;
 	queue->nfree++;
 }
@@ -147,7 +147,7 @@ free_slot(Slot *slot)
 static void
 count_share(int r, Oid dboid)
 {
-	Share	   *share = &queue->shares[r];
+	Share	   *share = &shares[r];
 
 	if (share->dboid == dboid)
 		return;
@@ -160,7 +160,7 @@ count_share(int r, Oid dboid)
 		if (slot->request.dboid == dboid && slot->share != r)
 		{
 			if (slot->share >= 0)
-				queue->shares[slot->share].held--;
+				shares[slot->share].held--;
 			slot->share = r;
 			share->held++;
 		}
@@ -264,13 +264,13 @@ release_slots_on_error(int code, Datum arg)
 
 /*
  * The youngest queued request of a database other than that of share
- * mine whose share holds more than share slots (or that has no share),
+ * mine whose share holds more than quota slots (or that has no share),
  * pushed out of the queue with the rest of its group to make room: its
  * slots are free again, and its caller, to be woken in *caller, finds it
  * answered queue_full.  False if there is none.  Lock held exclusively.
  */
 static bool
-push_out_youngest(int mine, int share, int *caller)
+push_out_youngest(int mine, int quota, int *caller)
 {
 	Slot	   *youngest = NULL;
 	uint64		group;
@@ -281,7 +281,7 @@ push_out_youngest(int mine, int share, int *caller)
 
 		if (slot->state != SLOT_QUEUED || slot->share == mine ||
 			(youngest != NULL && slot->seq < youngest->seq) ||
-			(slot->share >= 0 && queue->shares[slot->share].held <= share))
+			(slot->share >= 0 && shares[slot->share].held <= quota))
 			continue;
 		youngest = slot;
 	}
@@ -310,25 +310,25 @@ push_out_youngest(int mine, int share, int *caller)
 static bool
 make_room(int mine, int n, int *pushed, int *npushed)
 {
-	int			share = pklimit_queue_share();
+	int			quota = pklimit_queue_share();
 	int			nsharers = pklimit_registry_sharers(sharers);
 	int			reserved = 0;
 
 	*npushed = 0;
 	/* the others' whole shares still fit in what is left */
-	if (queue->nfree - n >= (nsharers - 1) * share)
+	if (queue->nfree - n >= (nsharers - 1) * quota)
 		return true;
 	/* past its share: only what the other shares leave */
-	if (queue->shares[mine].held + n > share)
+	if (shares[mine].held + n > quota)
 	{
 		for (int s = 0; s < nsharers; s++)
 			if (sharers[s] != mine)
-				reserved += Max(0, share - queue->shares[sharers[s]].held);
+				reserved += Max(0, quota - shares[sharers[s]].held);
 		return queue->nfree - n >= reserved;
 	}
 	/* within it: the places of requests of databases past theirs */
 	while (queue->nfree < n && *npushed < PKLIMIT_GROUP_MAX &&
-		   push_out_youngest(mine, share, &pushed[*npushed]))
+		   push_out_youngest(mine, quota, &pushed[*npushed]))
 		(*npushed)++;
 	return queue->nfree >= n;
 }
@@ -366,7 +366,7 @@ queue_requests(const PklimitRequest *requests, int n, int share, Waiter *w)
 		w->done[i] = false;
 	}
 	queue->nfree -= n;
-	queue->shares[share].held += n;
+	shares[share].held += n;
 	return true;
 }
 
