@@ -65,7 +65,10 @@ $check$;
 -- or more; a CHECK would have its expression read again by every one of
 -- its statements.
 -- A refused call can block its key: blocked_until.
--- Both run as commands of their own (EXECUTE): on Citus, which passes an
+-- The purge deletes by the moment a row stops counting, the end of its
+-- window or of its block if later: its index is on that (src/store.c writes
+-- the expression the same way), built here for the rows of 0.1.0.
+-- All run as commands of their own (EXECUTE): on Citus, which passes an
 -- ALTER TABLE of a distributed or reference table on to its shards and other
 -- nodes as the text of its command, that text must not be this script's.
 -- Citus then runs this update on its worker nodes too, where the column has
@@ -86,8 +89,21 @@ BEGIN
 			DETAIL = 'Version 0.2.0 adds a column blocked_until of type timestamptz.',
 			HINT = 'Drop or rename that column, then update again.';
 	END IF;
+	EXECUTE 'DROP INDEX IF EXISTS @extschema@.platformkit_limits_window_end_idx';
+	EXECUTE 'CREATE INDEX IF NOT EXISTS platformkit_limits_purge_idx
+		ON @extschema@.platformkit_limits ((GREATEST(window_end, blocked_until)))';
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_index i
+				   WHERE i.indexrelid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits_purge_idx'::pg_catalog.regclass
+					 AND i.indrelid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits'::pg_catalog.regclass) THEN
+		RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
+			MESSAGE = 'relation "platformkit_limits_purge_idx" is not pklimit''s',
+			DETAIL = 'Version 0.2.0 adds an index platformkit_limits_purge_idx on platformkit_limits.',
+			HINT = 'Drop or rename that relation, then update again.';
+	END IF;
 END
 $table$;
+COMMENT ON COLUMN @extschema@.platformkit_limits.window_end IS
+'End of that window: the count is 0 from this moment, and pklimit_purge measures retention from it (or from blocked_until if later).';
 COMMENT ON COLUMN @extschema@.platformkit_limits.count IS
 'Events recorded in the window (each call adds its cost), refused ones included unless record_refused is false; saturates at the largest bigint.';
 COMMENT ON COLUMN @extschema@.platformkit_limits.blocked_until IS
@@ -389,13 +405,13 @@ CREATE FUNCTION @extschema@.pklimit_purge_status(
 	OUT running pg_catalog.bool, OUT started_at pg_catalog.timestamptz,
 	OUT finished_at pg_catalog.timestamptz, OUT cutoff pg_catalog.timestamptz,
 	OUT deleted pg_catalog.int8, OUT failed pg_catalog.bool,
-	OUT oldest_window_end pg_catalog.timestamptz, OUT overdue pg_catalog.interval)
+	OUT oldest_end pg_catalog.timestamptz, OUT overdue pg_catalog.interval)
 RETURNS record
 AS 'MODULE_PATHNAME', 'pklimit_purge_status_0_2'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION @extschema@.pklimit_purge_status(pg_catalog.interval) IS
-'The purges of the current database: whether one runs, and of the last since the server started when it started and finished, its cutoff, rows deleted and whether it failed (NULL if none ran); the end of the oldest window in the table, and how long it has outlived retention (default 1 day): more than the schedule''s period means purges are not running.';
+'The purges of the current database: whether one runs, and of the last since the server started when it started and finished, its cutoff, rows deleted and whether it failed (NULL if none ran); when the row that stopped counting first did so (the end of its window, or of its block if later), and how long it has outlived retention (default 1 day): more than the schedule''s period means purges are not running.';
 
 CREATE VIEW @extschema@.pklimit_purge_status AS
 	SELECT * FROM @extschema@.pklimit_purge_status();

@@ -19,7 +19,7 @@ BEGIN
 				'pklimit_purge_status', 'pklimit_schedule_purge', 'pklimit_check_all',
 				'pklimit_allow_all', 'pklimit_stats', 'pklimit_stats_reset',
 				'pklimit_purge_job_error', 'platformkit_limits_pkey',
-				'platformkit_limits_window_end_idx']::pg_catalog.name[])
+				'platformkit_limits_purge_idx']::pg_catalog.name[])
 	SELECT pg_catalog.string_agg(o.kind OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) o.name,
 			', ' ORDER BY o.name, o.kind)
 	  INTO planted
@@ -68,9 +68,11 @@ CREATE TABLE @extschema@.platformkit_limits (
 	blocked_until pg_catalog.timestamptz
 );
 
--- The purge deletes by window end.
-CREATE INDEX platformkit_limits_window_end_idx
-	ON @extschema@.platformkit_limits (window_end);
+-- The purge deletes by the moment a row stops counting: the end of its
+-- window, or of its block if later (src/store.c writes the expression the
+-- same way, for the planner to match it).
+CREATE INDEX platformkit_limits_purge_idx
+	ON @extschema@.platformkit_limits ((GREATEST(window_end, blocked_until)));
 
 COMMENT ON TABLE @extschema@.platformkit_limits IS
 'pklimit counters: one row per stored key (tenant and key, see the README), written only by pklimit''s functions. platformkit:tenant-scoping-exempt because the key carries its tenant, so one row never belongs to two tenants and pklimit_purge works across all of them.';
@@ -79,7 +81,7 @@ COMMENT ON COLUMN @extschema@.platformkit_limits.key IS
 COMMENT ON COLUMN @extschema@.platformkit_limits.window_start IS
 'Start of the fixed window the count belongs to, aligned to the Unix epoch.';
 COMMENT ON COLUMN @extschema@.platformkit_limits.window_end IS
-'End of that window: the count is 0 from this moment, and pklimit_purge measures retention from it.';
+'End of that window: the count is 0 from this moment, and pklimit_purge measures retention from it (or from blocked_until if later).';
 COMMENT ON COLUMN @extschema@.platformkit_limits.count IS
 'Events recorded in the window (each call adds its cost), refused ones included unless record_refused is false; saturates at the largest bigint.';
 COMMENT ON COLUMN @extschema@.platformkit_limits.updated_at IS
@@ -189,13 +191,13 @@ CREATE FUNCTION @extschema@.pklimit_purge_status(
 	OUT running pg_catalog.bool, OUT started_at pg_catalog.timestamptz,
 	OUT finished_at pg_catalog.timestamptz, OUT cutoff pg_catalog.timestamptz,
 	OUT deleted pg_catalog.int8, OUT failed pg_catalog.bool,
-	OUT oldest_window_end pg_catalog.timestamptz, OUT overdue pg_catalog.interval)
+	OUT oldest_end pg_catalog.timestamptz, OUT overdue pg_catalog.interval)
 RETURNS record
 AS 'MODULE_PATHNAME', 'pklimit_purge_status_0_2'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION @extschema@.pklimit_purge_status(pg_catalog.interval) IS
-'The purges of the current database: whether one runs, and of the last since the server started when it started and finished, its cutoff, rows deleted and whether it failed (NULL if none ran); the end of the oldest window in the table, and how long it has outlived retention (default 1 day): more than the schedule''s period means purges are not running.';
+'The purges of the current database: whether one runs, and of the last since the server started when it started and finished, its cutoff, rows deleted and whether it failed (NULL if none ran); when the row that stopped counting first did so (the end of its window, or of its block if later), and how long it has outlived retention (default 1 day): more than the schedule''s period means purges are not running.';
 
 CREATE VIEW @extschema@.pklimit_purge_status AS
 	SELECT * FROM @extschema@.pklimit_purge_status();

@@ -414,9 +414,8 @@ extern bool pklimit_store_forget(const PklimitTable *table,
 								 const char *stored_key);
 extern int64 pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff,
 								 int64 limit, TimestampTz *from);
-extern bool pklimit_store_oldest(Oid nspid, TimestampTz cutoff,
-								 TimestampTz *oldest, TimestampTz *expired,
-								 bool *found);
+extern bool pklimit_store_oldest_end(Oid nspid, TimestampTz *oldest,
+									 bool *found);
 extern bool pklimit_in_system;
 
 /* unit.c: one unit of the worker's transaction */

@@ -485,9 +485,9 @@ pklimit_purge_status(PG_FUNCTION_ARGS)
 /*
  * pklimit_purge_status(retention) of 0.2.0: the last purge since the server
  * started (NULL columns if none ran), and, whether or not any purge runs,
- * the end of the oldest window in the table and how long it has outlived
- * retention: what tells that purges are not running, whoever was meant to
- * run them.
+ * when the row that stopped counting first did so and how long it has
+ * outlived retention: what tells that purges are not running, whoever was
+ * meant to run them.
  */
 PG_FUNCTION_INFO_V1(pklimit_purge_status_0_2);
 Datum
@@ -498,7 +498,6 @@ pklimit_purge_status_0_2(PG_FUNCTION_ARGS)
 	bool		found;
 	TimestampTz cutoff;
 	TimestampTz oldest = 0;
-	TimestampTz expired;
 	bool		any_row;
 	TupleDesc	tupdesc;
 	Datum		values[8];
@@ -510,15 +509,15 @@ pklimit_purge_status_0_2(PG_FUNCTION_ARGS)
 		elog(ERROR, "return type must be a row type");
 	found = last_status(&status);
 	status_columns(&status, found, values, nulls);
-	if (!pklimit_store_oldest(get_func_namespace(fcinfo->flinfo->fn_oid),
-							  cutoff, &oldest, &expired, &any_row))
+	if (!pklimit_store_oldest_end(get_func_namespace(fcinfo->flinfo->fn_oid),
+								  &oldest, &any_row))
 		nulls[6] = nulls[7] = true; /* not known here */
 	else
 	{
 		Interval   *overdue = palloc0(sizeof(Interval));
 
-		if (expired < cutoff)
-			overdue->time = cutoff - expired;
+		if (any_row && oldest < cutoff)
+			overdue->time = cutoff - oldest;
 		values[6] = TimestampTzGetDatum(oldest);
 		nulls[6] = !any_row;
 		values[7] = IntervalPGetDatum(overdue);

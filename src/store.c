@@ -140,45 +140,46 @@ typedef enum StatementId
 #define CREATE_SQL INSERT_ROW_SQL " ON CONFLICT (key) DO NOTHING"
 
 /*
- * One batch of the purge, from the window end where the previous batch
- * stopped, so no batch walks again over the index entries of rows already
- * deleted.  The rows are found in the window_end index and deleted by their
- * ctid alone, so the delete is a TID scan whatever the table's statistics
- * say (a condition on window_end there would let stale statistics pick a
- * walk over every expired row instead).  A row changed since it was found
- * has another ctid and is left alone.  A blocked row (0.2.0) stays until its
- * block has ended more than the retention ago.
+ * One batch of the purge, in the order of the moment each row stopped
+ * counting (its end: the end of its window, or of its block if later, on
+ * the table of 0.2.0), from the end where the previous batch stopped, so no
+ * batch walks again over the index entries of rows already deleted.  The
+ * rows are found in the purge's index on that end, every one it walks
+ * deletable (so rows blocked for long never slow a batch down), and deleted
+ * by their ctid alone, so the delete is a TID scan whatever the table's
+ * statistics say (a condition on the end there would let stale statistics
+ * pick a walk over every expired row instead).  A row changed since it was
+ * found has another ctid and is left alone.
  */
-#define PURGE_SQL(blocked) \
+#define PURGE_SQL(end_e, end_l) \
 	"WITH d AS (DELETE FROM %s.platformkit_limits l" \
 	" WHERE l.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(" \
 	"  SELECT e.ctid FROM %s.platformkit_limits e" \
-	"  WHERE e.window_end OPERATOR(pg_catalog.<) $1" \
-	"  AND e.window_end OPERATOR(pg_catalog.>=) $3" blocked \
-	"  ORDER BY e.window_end LIMIT $2))" \
-	" RETURNING l.window_end)" \
-	" SELECT pg_catalog.count(*), pg_catalog.max(d.window_end) FROM d"
-#define PURGE_BLOCKED \
-	" AND (e.blocked_until IS NULL" \
-	"      OR e.blocked_until OPERATOR(pg_catalog.<) $1)"
+	"  WHERE " end_e " OPERATOR(pg_catalog.<) $1" \
+	"  AND " end_e " OPERATOR(pg_catalog.>=) $3" \
+	"  ORDER BY " end_e " LIMIT $2))" \
+	" RETURNING " end_l " AS ends)" \
+	" SELECT pg_catalog.count(*), pg_catalog.max(d.ends) FROM d"
+#define WINDOW_END_E "e.window_end"
+#define WINDOW_END_L "l.window_end"
+/* the purge index's expression, as the install script writes it */
+#define ROW_END_E "GREATEST(e.window_end, e.blocked_until)"
+#define ROW_END_L "GREATEST(l.window_end, l.blocked_until)"
 
 /*
  * The purge of a Citus table: a ctid names a row only within one shard (one
  * replica), so the rows are deleted by key, and only while still expired.
  */
-#define PURGE_BY_KEY_SQL(blocked_e, blocked_l) \
+#define PURGE_BY_KEY_SQL(end_e, end_l) \
 	"WITH d AS (DELETE FROM %s.platformkit_limits l" \
 	" WHERE l.key OPERATOR(pg_catalog.=) ANY (ARRAY(" \
 	"  SELECT e.key FROM %s.platformkit_limits e" \
-	"  WHERE e.window_end OPERATOR(pg_catalog.<) $1" \
-	"  AND e.window_end OPERATOR(pg_catalog.>=) $3" blocked_e \
-	"  ORDER BY e.window_end LIMIT $2))" \
-	" AND l.window_end OPERATOR(pg_catalog.<) $1" blocked_l \
-	" RETURNING l.window_end)" \
-	" SELECT pg_catalog.count(*), pg_catalog.max(d.window_end) FROM d"
-#define PURGE_BLOCKED_L \
-	" AND (l.blocked_until IS NULL" \
-	"      OR l.blocked_until OPERATOR(pg_catalog.<) $1)"
+	"  WHERE " end_e " OPERATOR(pg_catalog.<) $1" \
+	"  AND " end_e " OPERATOR(pg_catalog.>=) $3" \
+	"  ORDER BY " end_e " LIMIT $2))" \
+	" AND " end_l " OPERATOR(pg_catalog.<) $1" \
+	" RETURNING " end_l " AS ends)" \
+	" SELECT pg_catalog.count(*), pg_catalog.max(d.ends) FROM d"
 #define PURGE_ARGS {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}
 
 #define ROW_ARGS {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
@@ -192,8 +193,9 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 		[STMT_WRITE] = {NULL},
 		[STMT_FORGET] = {"DELETE FROM %s.platformkit_limits l WHERE l.key OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}, false},
-		[STMT_PURGE] = {PURGE_SQL(""), 3, PURGE_ARGS, false},
-		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL("", ""), 3, PURGE_ARGS, false},
+		[STMT_PURGE] = {PURGE_SQL(WINDOW_END_E, WINDOW_END_L), 3, PURGE_ARGS, false},
+		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL(WINDOW_END_E, WINDOW_END_L), 3,
+		PURGE_ARGS, false},
 	},
 	{
 		[STMT_HIT] = {HIT_SQL(BLOCKED, "l.blocked_until"), 5, ROW_ARGS, false},
@@ -203,8 +205,8 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 		[STMT_CREATE] = {CREATE_SQL, 6, ROW_ARGS, false},
 		[STMT_FORGET] = {"DELETE FROM %s.platformkit_limits l WHERE l.key OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}, false},
-		[STMT_PURGE] = {PURGE_SQL(PURGE_BLOCKED), 3, PURGE_ARGS, false},
-		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL(PURGE_BLOCKED, PURGE_BLOCKED_L), 3,
+		[STMT_PURGE] = {PURGE_SQL(ROW_END_E, ROW_END_L), 3, PURGE_ARGS, false},
+		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL(ROW_END_E, ROW_END_L), 3,
 		PURGE_ARGS, false},
 	},
 };
@@ -581,8 +583,9 @@ pklimit_store_forget(const PklimitTable *table, const char *stored_key)
 }
 
 /*
- * Delete at most limit rows whose window ended before cutoff, from *from on;
- * returns rows deleted and moves *from to the last window end deleted.
+ * Delete at most limit rows that stopped counting (window, or block) before
+ * cutoff, from *from on; returns rows deleted and moves *from to the last
+ * end deleted.
  */
 int64
 pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff, int64 limit,
@@ -611,62 +614,56 @@ pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff, int64 limit,
 }
 
 /*
- * The index of relid the purge walks: a plain btree whose first column is
- * window_end.  Found by its definition, not its name.
+ * The purge's index of relid in schema nspid, if it is one: a btree of
+ * relid on one ascending key (the install script's expression), InvalidOid
+ * otherwise.
  */
 static Oid
-window_end_index(Relation rel)
+purge_index(Oid nspid, Oid relid)
 {
-	AttrNumber	window_end = get_attnum(RelationGetRelid(rel), "window_end");
-	List	   *indexes = RelationGetIndexList(rel);
-	ListCell   *lc;
-	Oid			found = InvalidOid;
+	Oid			indexid = get_relname_relid("platformkit_limits_purge_idx", nspid);
+	HeapTuple	tuple;
+	Form_pg_index form;
+	bool		isnull;
+	bool		ok;
 
-	foreach(lc, indexes)
+	if (!OidIsValid(indexid) ||
+		!HeapTupleIsValid(tuple = SearchSysCache1(INDEXRELID,
+												  ObjectIdGetDatum(indexid))))
+		return InvalidOid;
+	form = (Form_pg_index) GETSTRUCT(tuple);
+	ok = form->indrelid == relid && form->indnkeyatts == 1 &&
+		form->indisvalid &&
+		heap_attisnull(tuple, Anum_pg_index_indpred, NULL);
+	if (ok)
 	{
-		HeapTuple	tuple = SearchSysCache1(INDEXRELID,
-											ObjectIdGetDatum(lfirst_oid(lc)));
-		Form_pg_index index;
+		int2vector *options = (int2vector *)
+		DatumGetPointer(SysCacheGetAttr(INDEXRELID, tuple,
+										Anum_pg_index_indoption, &isnull));
 
-		if (!HeapTupleIsValid(tuple))
-			continue;
-		index = (Form_pg_index) GETSTRUCT(tuple);
-		if (index->indkey.values[0] == window_end && index->indisvalid &&
-			heap_attisnull(tuple, Anum_pg_index_indpred, NULL) &&
-			heap_attisnull(tuple, Anum_pg_index_indexprs, NULL))
-			found = index->indexrelid;
-		ReleaseSysCache(tuple);
-		if (OidIsValid(found))
-		{
-			tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(found));
-			if (!HeapTupleIsValid(tuple) ||
-				((Form_pg_class) GETSTRUCT(tuple))->relam != BTREE_AM_OID)
-				found = InvalidOid;
-			if (HeapTupleIsValid(tuple))
-				ReleaseSysCache(tuple);
-		}
-		if (OidIsValid(found))
-			break;
+		ok = !isnull && (options->values[0] & INDOPTION_DESC) == 0;
 	}
-	list_free(indexes);
-	return found;
+	ReleaseSysCache(tuple);
+	if (ok && HeapTupleIsValid(tuple = SearchSysCache1(RELOID,
+													   ObjectIdGetDatum(indexid))))
+	{
+		ok = ((Form_pg_class) GETSTRUCT(tuple))->relam == BTREE_AM_OID;
+		ReleaseSysCache(tuple);
+	}
+	return ok ? indexid : InvalidOid;
 }
 
 /*
- * How the oldest row of pklimit's table of schema nspid stands against a
- * purge with this cutoff, read in the caller's backend through the purge's
- * index, without a statement and so without row level security, for
- * monitoring (purge.c): *oldest is the end of the oldest window, and
- * *expired the moment the row the purge should have deleted longest ago
- * became deletable (its window's end, or its block's if later), or
- * DT_NOEND if none should have been.  *found is false for an empty table.
- * Returns false if none of it can be known here without waiting: the table
- * or its index is missing or locked against reads, or its rows are on
- * Citus's nodes.
+ * When the row of pklimit's table of schema nspid that stopped counting
+ * first did so (the end of its window, or of its block if later), read in
+ * the caller's backend from the first entry of the purge's index, without a
+ * statement and so without row level security, for monitoring (purge.c).
+ * *found is false for an empty table.  Returns false if it cannot be known
+ * here without waiting: the table or its index is missing or locked against
+ * reads, or its rows are on Citus's nodes.
  */
 bool
-pklimit_store_oldest(Oid nspid, TimestampTz cutoff, TimestampTz *oldest,
-					 TimestampTz *expired, bool *found)
+pklimit_store_oldest_end(Oid nspid, TimestampTz *oldest, bool *found)
 {
 	Oid			relid = get_relname_relid("platformkit_limits", nspid);
 	Oid			indexid;
@@ -676,70 +673,40 @@ pklimit_store_oldest(Oid nspid, TimestampTz cutoff, TimestampTz *oldest,
 	Snapshot	snapshot;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
-	AttrNumber	window_end;
-	AttrNumber	blocked_until;
 
 	*found = false;
-	*expired = DT_NOEND;
 	if (!OidIsValid(relid) ||
 		getExtensionOfObject(RelationRelationId, relid) !=
 		get_extension_oid("pklimit", true) ||
-		!ConditionalLockRelationOid(relid, AccessShareLock))
-		return false;
-	rel = table_open(relid, NoLock);
-	indexid = window_end_index(rel);
-	if (!OidIsValid(indexid) ||
+		!OidIsValid(indexid = purge_index(nspid, relid)) ||
+		!ConditionalLockRelationOid(relid, AccessShareLock) ||
 		!ConditionalLockRelationOid(indexid, AccessShareLock))
-	{
-		table_close(rel, NoLock);
 		return false;
-	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	on_citus = in_citus_metadata(relid);
 	SPI_finish();
 	if (on_citus)
-	{
-		table_close(rel, NoLock);
 		return false;
-	}
 
-	/*
-	 * Rows in window_end order.  A row is deleted once its window ended
-	 * before the cutoff, unless it is blocked until later; so the first
-	 * unblocked row has the earliest end of all that follow it, and only
-	 * blocked rows before it need looking at.
-	 */
-	window_end = get_attnum(relid, "window_end");
-	blocked_until = get_attnum(relid, "blocked_until");
+	rel = table_open(relid, NoLock);
 	index = index_open(indexid, NoLock);
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	scan = pklimit_index_beginscan(rel, index, snapshot, 0, 0);
 	index_rescan(scan, NULL, 0, NULL, 0);
 	slot = table_slot_create(rel, NULL);
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
-		TimestampTz end = DatumGetTimestampTz(slot_getattr(slot, window_end,
-														   &isnull));
-		TimestampTz blocked = DT_NOBEGIN;
+		Datum		end = slot_getattr(slot, get_attnum(relid, "window_end"),
+									   &isnull);
+		Datum		blocked = slot_getattr(slot, get_attnum(relid, "blocked_until"),
+										   &isnull);
 
-		if (!*found)
-			*oldest = end;
 		*found = true;
-		if (end >= cutoff || end >= *expired)
-			break;				/* no row from here on is earlier */
-		if (blocked_until != InvalidAttrNumber)
-		{
-			Datum		d = slot_getattr(slot, blocked_until, &isnull);
-
-			if (!isnull)
-				blocked = DatumGetTimestampTz(d);
-		}
-		if (blocked < cutoff)
-			*expired = Min(*expired, Max(end, blocked));
-		if (blocked <= end)
-			break;
+		*oldest = DatumGetTimestampTz(end);
+		if (!isnull)
+			*oldest = Max(*oldest, DatumGetTimestampTz(blocked));
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);

@@ -49,10 +49,16 @@
 #include "compat.h"
 #include "pklimit.h"
 
-/* The requests the worker works on: set-aside ones first, oldest first. */
+/*
+ * The requests the worker works on: set-aside ones first, oldest first.  It
+ * holds at most its database's share of the queue (and PKLIMIT_BATCH_MAX):
+ * requests the worker has taken cannot make room for another database
+ * (queue.c), so they must fit in the share.
+ */
 typedef struct Batch
 {
 	PklimitEntry entries[PKLIMIT_BATCH_MAX];
+	int			capacity;		/* entries it may hold */
 	int			n;				/* entries in use */
 	int			nold;			/* of them, set aside in an earlier round */
 	bool		retry_due;		/* this round tries the set-aside ones again */
@@ -118,7 +124,7 @@ gather(Batch *b, Oid dboid, int worker)
 
 	b->nold = b->n;
 	ntaken = pklimit_queue_take(dboid, worker, &b->entries[b->n],
-								PKLIMIT_BATCH_MAX - b->n);
+								b->capacity - b->n);
 	for (int i = b->n; i < b->n + ntaken; i++)
 	{
 		PklimitEntry *e = &b->entries[i];
@@ -286,7 +292,7 @@ keep(Batch *b)
 
 		/* a group is kept, or answered, whole: its requests are together */
 		if (e->state == ENTRY_SET_ASIDE &&
-			kept + size > PKLIMIT_BATCH_MAX / 2)
+			kept + size > b->capacity / 2)
 			for (int k = i; k < i + size && k < b->n; k++)
 				pklimit_entry_answer(&b->entries[k], PKLIMIT_LOCK_TIMEOUT);
 		if (e->state == ENTRY_SET_ASIDE)
@@ -406,6 +412,7 @@ pklimit_worker_main(Datum main_arg)
 	pklimit_stats_add(PKLIMIT_STAT_WORKER_STARTS, 1);
 
 	batch = MemoryContextAllocZero(TopMemoryContext, sizeof(Batch));
+	batch->capacity = Min(PKLIMIT_BATCH_MAX, pklimit_queue_share());
 	batch->context = AllocSetContextCreate(TopMemoryContext, "pklimit batch",
 										   ALLOCSET_DEFAULT_SIZES);
 	last_work = GetCurrentTimestamp();

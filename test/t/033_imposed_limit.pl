@@ -30,7 +30,6 @@ $node->safe_psql('postgres', q{
 	CREATE SCHEMA pklimit;
 	REVOKE CREATE ON SCHEMA pklimit FROM PUBLIC;
 	CREATE EXTENSION pklimit SCHEMA pklimit;
-	GRANT USAGE ON SCHEMA pklimit TO redeemer;
 });
 $node->safe_psql('postgres', $block);
 $node->safe_psql('postgres', "INSERT INTO app.role_tenants VALUES ('redeemer', 'acme')");
@@ -74,6 +73,17 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM app.redemptions'), '3', 'a
 is($node->safe_psql('postgres',
 	"SELECT string_agg(key || '=' || count, ',') FROM pklimit.platformkit_limits"),
 	't4:acme:redeem:redeemer=5', "one count, in the role's own tenant");
+
+# nor can it reach pklimit's own functions, to forget its count or open a
+# window of a second on its key
+for my $sql ("SET platformkit.tenant = 'acme'; SELECT pklimit.pklimit_forget('redeem:redeemer')",
+	"SET platformkit.tenant = 'acme'; SELECT pklimit.pklimit_allow('redeem:redeemer', 1000000, '1 second')")
+{
+	($ret, $out, $err) = $node->psql('postgres', $sql, extra_params => [ '-U', 'redeemer' ]);
+	like($err, qr/permission denied for schema pklimit/, "the role may not: $sql");
+}
+($ret, $out, $err) = $node->psql('postgres', "SELECT app.redeem_code('c6')", extra_params => [ '-U', 'redeemer' ]);
+is($out, 'f', 'and its next redemption is still refused');
 
 # a role without a tenant is refused, not counted in the global namespace
 $node->safe_psql('postgres', 'CREATE ROLE stranger LOGIN; GRANT USAGE ON SCHEMA app TO stranger;'

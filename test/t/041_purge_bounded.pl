@@ -2,8 +2,9 @@
 # that say none has expired (analyzed while their windows were open, as
 # after a crash or before autovacuum's next ANALYZE) are purged in batches
 # whose plan does not depend on the statistics and whose time is bounded,
-# and calls made meanwhile are all answered by the store.  The worker also
-# leaves mid-purge when the postmaster dies.
+# and calls made meanwhile are all answered by the store.  A million rows
+# blocked for years (as any role can make them) do not slow a purge down.
+# The worker also leaves mid-purge when the postmaster dies.
 use strict;
 use warnings;
 use FindBin;
@@ -50,6 +51,24 @@ ok($node->poll_query_until('postgres', 'SELECT NOT running AND NOT failed FROM p
 	'the purge ends');
 is($node->safe_psql('postgres', "SELECT count(*) FROM platformkit_limits WHERE key LIKE 'g:stale-%'"),
 	'0', 'it deleted every expired row');
+
+# A million keys blocked for 10,000 years, their windows closed two days
+# ago, among 5,000 expired rows: a purge walks none of the blocked rows.
+$node->safe_psql('postgres', q{
+	INSERT INTO platformkit_limits
+	SELECT 'g:blocked-' || i, now() - interval '3 days', now() - interval '2 days', 1,
+	       now() - interval '2 days', now() + interval '3650000 days'
+	  FROM generate_series(1, 1000000) i;
+	INSERT INTO platformkit_limits
+	SELECT 'g:expired-' || i, now() - interval '3 days', now() - interval '2 days', 1,
+	       now() - interval '2 days', NULL
+	  FROM generate_series(1, 5000) i;
+});
+is($node->safe_psql('postgres', "SET statement_timeout = 0; SELECT pklimit_purge()"), '5000',
+	'a purge among a million rows blocked for years deletes the 5,000 expired ones');
+is($node->safe_psql('postgres', 'SELECT concat_ws(\'|\', failed, overdue) FROM pklimit_purge_status'),
+	'f|00:00:00', 'without failing, and no row is left to delete');
+$node->safe_psql('postgres', "DELETE FROM platformkit_limits WHERE key LIKE 'g:blocked-%'");
 
 # The postmaster dies mid-purge: the worker leaves between two batches.
 expired_rows('orphan');
