@@ -380,7 +380,7 @@ BEGIN
 END
 $do$;
 
--- pklimit_purge_status takes a retention and shows the oldest window and
+-- pklimit_purge_status takes a retention and shows the oldest row's end and
 -- how long it has outlived it, and pklimit_schedule_purge makes sure pg_cron
 -- can connect to run the purge: both are replaced, and so is the view on
 -- the first.  Their privileges are carried over (below); first kept in

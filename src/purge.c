@@ -5,7 +5,9 @@
  *		retention into a cutoff and queues one request; the worker takes it
  *		and deletes in batches, each committed on its own, serving queued
  *		calls between two batches; pklimit_purge_status() shows the last
- *		purge of the database.  The statement is store.c's.
+ *		purge of the database, and how long the row it should have deleted
+ *		first has waited (read from the table, whoever purges).  The
+ *		statement is store.c's.
  *
  * A batch is bounded in time whatever the table's statistics say: its plan
  * is forced onto the indexes (no sequential or bitmap scan of the whole
@@ -53,7 +55,7 @@ typedef struct PurgeStatus
 	bool		running;
 	TimestampTz started_at;
 	TimestampTz finished_at;	/* 0 while the first purge runs */
-	TimestampTz cutoff;			/* rows whose window ended before this */
+	TimestampTz cutoff;			/* rows that ended before this */
 	int64		deleted;		/* rows deleted so far, or in all */
 	bool		failed;
 } PurgeStatus;
@@ -66,7 +68,7 @@ typedef struct RunningPurge
 	bool		running;
 	PklimitEntry entry;			/* its request, slot and answer */
 	int64		deleted;
-	TimestampTz from;			/* the next batch starts at this window end */
+	TimestampTz from;			/* the next batch starts at this row end */
 	TimestampTz blocked_since;	/* 0, or when a locked row stopped it */
 	TimestampTz last_try;
 	int			batch;			/* rows the next batch deletes at most */
