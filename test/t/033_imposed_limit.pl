@@ -31,8 +31,8 @@ $node->safe_psql('postgres', q{
 	REVOKE CREATE ON SCHEMA pklimit FROM PUBLIC;
 	CREATE EXTENSION pklimit SCHEMA pklimit;
 });
-$node->safe_psql('postgres', $block);
-$node->safe_psql('postgres', "INSERT INTO app.role_tenants VALUES ('redeemer', 'acme')");
+is($node->safe_psql('postgres', $block), 'f', 'the block runs, and the role does not reach pklimit itself');
+$node->safe_psql('postgres', "INSERT INTO billing.role_tenants VALUES ('redeemer', 'acme')");
 
 # every pklimit setting a role may set is pinned on the wrapper, and so are
 # the tenant and search_path
@@ -43,7 +43,7 @@ is($settable, 'pklimit.default_max,pklimit.default_window,pklimit.on_unavailable
 	'the pklimit settings any role may set');
 my $pinned = $node->safe_psql('postgres',
 	"SELECT string_agg(split_part(c, '=', 1), ',' ORDER BY 1) FROM pg_proc p, unnest(p.proconfig) c"
-	  . " WHERE p.oid = 'app.redeem_code(text)'::regprocedure");
+	  . " WHERE p.oid = 'billing.redeem_code(text)'::regprocedure");
 for my $name (split(/,/, $settable), 'platformkit.tenant', 'search_path')
 {
 	ok(grep({ $_ eq $name } split(/,/, $pinned)), "the wrapper pins $name");
@@ -64,12 +64,12 @@ my $hostile = q{
 	SET search_path = mine, pklimit, public;
 };
 my ($ret, $out, $err) = $node->psql('postgres', $hostile
-	  . "SELECT string_agg(app.redeem_code('c' || g)::text, ',' ORDER BY g)"
+	  . "SELECT string_agg(billing.redeem_code('c' || g)::text, ',' ORDER BY g)"
 	  . " FROM (SELECT g, set_config('platformkit.tenant', 'x' || g, false) FROM generate_series(1, 5) g) s",
 	extra_params => [ '-U', 'redeemer' ]);
 is($ret, 0, 'the calls run') or diag($err);
 is($out, 'true,true,true,false,false', 'a new tenant for each call and every setting against the limit: 3 of 5 redeemed');
-is($node->safe_psql('postgres', 'SELECT count(*) FROM app.redemptions'), '3', 'and 3 redemptions made');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM billing.redemptions'), '3', 'and 3 redemptions made');
 is($node->safe_psql('postgres',
 	"SELECT string_agg(key || '=' || count, ',') FROM pklimit.platformkit_limits"),
 	't4:acme:redeem:redeemer=5', "one count, in the role's own tenant");
@@ -82,13 +82,13 @@ for my $sql ("SET platformkit.tenant = 'acme'; SELECT pklimit.pklimit_forget('re
 	($ret, $out, $err) = $node->psql('postgres', $sql, extra_params => [ '-U', 'redeemer' ]);
 	like($err, qr/permission denied for schema pklimit/, "the role may not: $sql");
 }
-($ret, $out, $err) = $node->psql('postgres', "SELECT app.redeem_code('c6')", extra_params => [ '-U', 'redeemer' ]);
+($ret, $out, $err) = $node->psql('postgres', "SELECT billing.redeem_code('c6')", extra_params => [ '-U', 'redeemer' ]);
 is($out, 'f', 'and its next redemption is still refused');
 
 # a role without a tenant is refused, not counted in the global namespace
-$node->safe_psql('postgres', 'CREATE ROLE stranger LOGIN; GRANT USAGE ON SCHEMA app TO stranger;'
-	  . ' GRANT EXECUTE ON FUNCTION app.redeem_code(text) TO stranger');
-($ret, $out, $err) = $node->psql('postgres', "SELECT app.redeem_code('c')", extra_params => [ '-U', 'stranger' ]);
+$node->safe_psql('postgres', 'CREATE ROLE stranger LOGIN; GRANT USAGE ON SCHEMA billing TO stranger;'
+	  . ' GRANT EXECUTE ON FUNCTION billing.redeem_code(text) TO stranger');
+($ret, $out, $err) = $node->psql('postgres', "SELECT billing.redeem_code('c')", extra_params => [ '-U', 'stranger' ]);
 like($err, qr/role stranger has no tenant/, 'a role with no tenant gets an error');
 $node->stop;
 done_testing();
