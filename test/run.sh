@@ -5,9 +5,11 @@
 # isolation specs and the TAP tests (preload, workers, conformance,
 # concurrency, upgrade) and, on the host's version, the demo, on every
 # supported PostgreSQL major: 15 on the host, 17 and 18 in Debian chroots
-# (scripts/chroot.sh).  Ends with one line
-# "N passed, N failed" (every version added up) and exits non-zero on any
-# failure.
+# (scripts/chroot.sh).  Ends with a line for each test not run and why
+# ("== not run: ..."), one per version (with why it stopped, if it stopped
+# before any test ran), and one line "N passed, N failed" (every version
+# added up), and exits non-zero on any failure.  Package installs wait for
+# another apt or dpkg to let go of its locks (scripts/apt.sh).
 #
 #   bash test/run.sh               every layer on 15, 17 and 18
 #   bash test/run.sh --pg 17       one version (15, 17 or 18; or "all")
