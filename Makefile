@@ -6,7 +6,10 @@ OBJS = src/pklimit.o src/api.o src/key.o src/queue.o src/registry.o src/worker.o
 	src/cron.o
 
 EXTENSION = pklimit
-DATA = pklimit--0.1.0.sql pklimit--0.1.0--0.2.0.sql pklimit--0.2.0.sql
+# The scripts of releases 0.1.0 and 0.2.0 are written from one source,
+# src/sql/pklimit.sql (rules below), and frozen; later versions ship update
+# scripts of their own, and CREATE EXTENSION walks the chain.
+DATA_built = pklimit--0.1.0.sql pklimit--0.2.0.sql pklimit--0.1.0--0.2.0.sql
 PGFILEDESC = "pklimit - shared, exact, durable rate limits"
 
 # every sql/*.sql, every test/isolation/specs/*.spec, every test/t/*.pl
@@ -34,6 +37,19 @@ include $(PGXS)
 # Every source file includes the shared headers (PGXS tracks no header
 # dependencies by itself).
 $(OBJS) $(OBJS:.o=.bc): src/pklimit.h src/compat.h
+
+# A script is the sections of src/sql/pklimit.sql whose line "--- ... ---"
+# names its version, in order.
+sql_script = awk -v want=$(1) '/^--- [0-9. -]+ ---$$/ { on = 0; for (i = 2; i < NF; i++) if ($$i == want) on = 1; next } on' $< >$@
+
+pklimit--0.1.0.sql: src/sql/pklimit.sql
+	$(call sql_script,0.1.0)
+
+pklimit--0.2.0.sql: src/sql/pklimit.sql
+	$(call sql_script,0.2.0)
+
+pklimit--0.1.0--0.2.0.sql: src/sql/pklimit.sql
+	$(call sql_script,0.1.0--0.2.0)
 
 # Lay out the sources as PostgreSQL's pgindent does.
 indent:

@@ -1,8 +1,10 @@
-# Upgrade: one library serves a database still at 0.1.0 beside one at
-# 0.2.0; ALTER EXTENSION pklimit UPDATE from 0.1.0, run while calls go on,
-# keeps every row, count and the pg_cron job, and leaves pklimit's objects
-# identical to a fresh 0.2.0 install; it refuses to go on beside an object
-# planted under one of pklimit's names.
+# Upgrade: one library serves a database still at 0.1.0 beside one at the
+# newest version; the update from 0.1.0 to 0.2.0, run while calls go on,
+# keeps every row, count and the pg_cron job, and the walk on to the newest
+# version (the control file's default_version, through every update script
+# after 0.2.0) leaves pklimit's objects identical to a fresh install of it;
+# the update refuses to go on beside an object planted under one of
+# pklimit's names.
 use strict;
 use warnings;
 use FindBin;
@@ -10,10 +12,24 @@ use lib $FindBin::RealBin;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Digest::SHA;
 use PklimitTest;
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
+
+# Released scripts are frozen: the build writes them from src/sql/pklimit.sql
+# exactly as they were released.
+my %released = (
+	'pklimit--0.1.0.sql' => '96a57631528e7f47bb48db7de5a68f1abbbf17ca01e74d94bc06a80071cb55f0',
+	'pklimit--0.2.0.sql' => '288d52f81473d13809f914976e8b66d1cc017a259c3e67375d5eaab382353648',
+	'pklimit--0.1.0--0.2.0.sql' => '74af1bcc210dd06f10074d89a4d558c813ba2c7c712fc4a4b12bbd9d33bfebd4');
+my $extension_dir = $node->config_data('--sharedir') . '/extension';
+for my $script (sort keys %released)
+{
+	is(Digest::SHA->new(256)->addfile("$extension_dir/$script")->hexdigest, $released{$script},
+		"the installed $script is the released one");
+}
 $node->append_conf('postgresql.conf',
 	"shared_preload_libraries = 'pklimit,pg_cron'\ncron.database_name = 'old'\n");
 $node->start;
@@ -23,15 +39,17 @@ $node->safe_psql('old', 'CREATE EXTENSION pg_cron');
 $node->safe_psql('old', "CREATE EXTENSION pklimit VERSION '0.1.0'");
 $node->safe_psql('fresh', 'SET client_min_messages = error; CREATE EXTENSION pklimit');
 my $version = "SELECT extversion FROM pg_extension WHERE extname = 'pklimit'";
+my $newest = $node->safe_psql('postgres',
+	"SELECT default_version FROM pg_available_extensions WHERE name = 'pklimit'");
 is($node->safe_psql('old', $version), '0.1.0', 'database old is at 0.1.0');
-is($node->safe_psql('fresh', $version), '0.2.0', 'a new install is 0.2.0');
+is($node->safe_psql('fresh', $version), $newest, "a new install is the newest version, $newest");
 
 # --- one library serves both versions at once
 my $calls = "SELECT string_agg(pklimit_allow('k' || i % 3, 4, '36500 days')::text, ',' ORDER BY i)"
   . " FROM generate_series(1, 15) i";
 my $expected = join(",", map { $_ <= 12 ? "true" : "false" } 1 .. 15);
 is($node->safe_psql('old', $calls), $expected, 'calls on the 0.1.0 database answer as always');
-is($node->safe_psql('fresh', $calls), $expected, 'and on the 0.2.0 database');
+is($node->safe_psql('fresh', $calls), $expected, 'and on the newest');
 $node->safe_psql('old', "SET platformkit.tenant = 'acme'; SELECT pklimit_allow('login:bob', 5, '1 hour')");
 my $rows = 'SELECT key, window_start, window_end, count, updated_at FROM platformkit_limits ORDER BY key';
 my $rows_before = $node->safe_psql('old', $rows);
@@ -71,7 +89,7 @@ for my $s (1, 2)
 	push @callers, $caller;
 }
 ok($node->poll_query_until('old', "SELECT pklimit_count('during') > 0"), 'the calls are going on');
-$node->safe_psql('old', 'ALTER EXTENSION pklimit UPDATE');
+$node->safe_psql('old', "ALTER EXTENSION pklimit UPDATE TO '0.2.0'");
 my $at_update = $node->safe_psql('old', "SELECT pklimit_count('during')");
 cmp_ok($at_update, '<', 2 * $per_session, "the update committed while calls went on ($at_update recorded by then)");
 $_->query_until(qr/done/, '') for @callers;
@@ -93,7 +111,10 @@ is($node->safe_psql('old', "SELECT has_function_privilege('app', 'pklimit_purge_
 	'the grant on the replaced pklimit_purge_status is carried over');
 $node->safe_psql('old', 'REVOKE ALL ON FUNCTION pklimit_purge_status(interval) FROM app');
 
-# --- nothing lost, and the same objects as a fresh install
+# --- on to the newest version: nothing lost, and the same objects as a
+# fresh install
+$node->safe_psql('old', 'SET client_min_messages = warning; ALTER EXTENSION pklimit UPDATE');
+is($node->safe_psql('old', $version), $newest, "database old is now at the newest version, $newest");
 $node->safe_psql('old', "SELECT pklimit_forget('during')");
 is($node->safe_psql('old', $rows), $rows_before, 'every row and count is kept');
 is($node->safe_psql('old', $job), $job_before, 'the pg_cron job is kept');
@@ -108,7 +129,7 @@ like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval,bigint,boo
 like($fresh, qr/^column public\.platformkit_limits\.blocked_until timestamp with time zone/m,
 	'and the column 0.2.0 adds');
 like($fresh, qr/^column public\.platformkit_limits\.count bigint/m, 'and the columns');
-is($updated, $fresh, 'the updated database has the objects of a fresh 0.2.0 install');
+is($updated, $fresh, 'the updated database has the objects of a fresh install');
 is($node->safe_psql('old', "SELECT pklimit_allow('after', 1, '1 hour')"), 't', 'calls go on after the update');
 is($node->safe_psql('old', "SELECT allowed FROM pklimit_check('after', 1, '1 hour', block => '1 day')"), 'f',
 	'and take what 0.2.0 adds');
@@ -122,7 +143,7 @@ $node->safe_psql('carried', q{
 	REVOKE ALL ON FUNCTION pklimit_check(text, bigint, interval) FROM PUBLIC});
 # a setting of the update's own name, planted on the database, is not read
 $node->safe_psql('postgres', "ALTER DATABASE carried SET pklimit_update.acl_pklimit_check_all = '{app=X/postgres}'");
-$node->safe_psql('carried', 'ALTER EXTENSION pklimit UPDATE');
+$node->safe_psql('carried', "ALTER EXTENSION pklimit UPDATE TO '0.2.0'");
 is($node->safe_psql('carried', q{
 	SELECT string_agg(p.proname || ':' || has_function_privilege('app', p.oid, 'EXECUTE')
 	  || ':' || has_function_privilege('public', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
@@ -142,7 +163,7 @@ $node->safe_psql('postgres', 'CREATE DATABASE defaults');
 $node->safe_psql('defaults', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.1.0'");
 $node->safe_psql('defaults', 'ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC');
 $node->safe_psql('defaults', 'ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO app');
-$node->safe_psql('defaults', 'ALTER EXTENSION pklimit UPDATE');
+$node->safe_psql('defaults', "ALTER EXTENSION pklimit UPDATE TO '0.2.0'");
 is($node->safe_psql('defaults', q{
 	SELECT string_agg(p.proname || ':' || has_function_privilege('app', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
 	  FROM pg_proc p WHERE p.proname IN ('pklimit_purge_job_error', 'pklimit_purge_status', 'pklimit_schedule_purge')}),
@@ -161,11 +182,11 @@ is($node->safe_psql('defaults', q{SET ROLE app; SELECT pklimit_allow('k', 1, '1 
 $node->safe_psql('postgres', 'CREATE DATABASE viewed');
 $node->safe_psql('viewed', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.1.0'");
 $node->safe_psql('viewed', "CREATE VIEW login_check AS SELECT * FROM pklimit_check('login', 5, '1 hour')");
-my ($ret, $out, $err) = $node->psql('viewed', 'ALTER EXTENSION pklimit UPDATE');
+my ($ret, $out, $err) = $node->psql('viewed', "ALTER EXTENSION pklimit UPDATE TO '0.2.0'");
 like($err, qr/cannot drop function pklimit_check\(text,bigint,interval\) because other objects depend on it/,
 	'a view on a replaced function blocks the update, naming it');
 is($node->safe_psql('viewed', $version), '0.1.0', 'which changed nothing');
-$node->safe_psql('viewed', 'DROP VIEW login_check; ALTER EXTENSION pklimit UPDATE');
+$node->safe_psql('viewed', "DROP VIEW login_check; ALTER EXTENSION pklimit UPDATE TO '0.2.0'");
 is($node->safe_psql('viewed', $version), '0.2.0', 'without the view the update goes through');
 
 # --- an overload planted before a 0.1.0 install (whose script does not
@@ -177,11 +198,19 @@ $node->safe_psql('planted', q{SET ROLE app;
 	CREATE FUNCTION public.pklimit_allow(k text, m integer, w interval) RETURNS boolean
 	LANGUAGE sql AS $$SELECT true$$});
 $node->safe_psql('planted', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.1.0'");
-($ret, $out, $err) = $node->psql('planted', 'ALTER EXTENSION pklimit UPDATE');
+($ret, $out, $err) = $node->psql('planted', "ALTER EXTENSION pklimit UPDATE TO '0.2.0'");
 like($err, qr/schema public has objects with pklimit's names that are not pklimit's: function pklimit_allow\(text,integer,interval\)/,
 	'an overload planted at 0.1.0 makes the update fail, naming it');
 is($node->safe_psql('planted', $version), '0.1.0', 'which changed nothing');
-$node->safe_psql('planted', 'DROP FUNCTION public.pklimit_allow(text, integer, interval); ALTER EXTENSION pklimit UPDATE');
+$node->safe_psql('planted', 'DROP FUNCTION public.pklimit_allow(text, integer, interval)');
+# so does an index of the name of 0.2.0's purge index, on another table
+$node->safe_psql('planted', q{SET ROLE app; CREATE TABLE other (t timestamptz);
+	CREATE INDEX platformkit_limits_purge_idx ON other (t)});
+($ret, $out, $err) = $node->psql('planted', "ALTER EXTENSION pklimit UPDATE TO '0.2.0'");
+like($err, qr/schema public has objects with pklimit's names that are not pklimit's: relation platformkit_limits_purge_idx/,
+	'an index planted under the name of the purge index makes the update fail, naming it');
+is($node->safe_psql('planted', $version), '0.1.0', 'which changed nothing either');
+$node->safe_psql('planted', "DROP TABLE other; ALTER EXTENSION pklimit UPDATE TO '0.2.0'");
 is($node->safe_psql('planted', "SELECT pklimit_allow('k', 0, '1 hour')"), 'f',
 	'without it the update goes through, and pklimit answers');
 
@@ -191,7 +220,7 @@ $node->safe_psql('postgres', 'CREATE DATABASE column_added');
 $node->safe_psql('column_added', q{
 	SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.1.0';
 	ALTER TABLE platformkit_limits ADD COLUMN blocked_until text});
-($ret, $out, $err) = $node->psql('column_added', 'ALTER EXTENSION pklimit UPDATE');
+($ret, $out, $err) = $node->psql('column_added', "ALTER EXTENSION pklimit UPDATE TO '0.2.0'");
 like($err, qr/column "blocked_until" of platformkit_limits is not pklimit's/,
 	'a column blocked_until of another type makes the update fail');
 is($node->safe_psql('column_added', $version), '0.1.0', 'which changed nothing');

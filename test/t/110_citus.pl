@@ -317,7 +317,7 @@ $coord->safe_psql('upd', q{
 	CREATE EXTENSION pklimit VERSION '0.1.0';
 	SELECT create_distributed_table('platformkit_limits', 'key');});
 $coord->safe_psql('upd', "SELECT pklimit_allow('before', 5, '1 hour')");
-$coord->safe_psql('upd', 'ALTER EXTENSION pklimit UPDATE');
+$coord->safe_psql('upd', "ALTER EXTENSION pklimit UPDATE TO '0.2.0'");
 is($coord->safe_psql('upd', q{
 	SELECT string_agg(result, ',') FROM run_command_on_workers(
 		$$SELECT extversion FROM pg_extension WHERE extname = 'pklimit'$$)}),
