@@ -5,8 +5,10 @@
  * pklimit--0.1.0--0.2.0.sql, the update between them.  A section starts
  * with a line "--- " naming the scripts it belongs to, by their versions
  * ("0.1.0", "0.2.0", "0.1.0--0.2.0"); a script is its sections in this
- * file's order.  So an object two scripts create is written once.  Both
- * releases are frozen: test/t/090_upgrade.pl checks the scripts' checksums.
+ * file's order.  So an object two scripts create is written once, and where
+ * a later version changes an object the lines that stay are shared too (a
+ * section may end inside a statement).  Both releases are frozen:
+ * test/t/090_upgrade.pl checks the scripts' checksums.
  * Later versions' SQL goes into update scripts of their own
  * (pklimit--0.2.0--0.3.0.sql), which CREATE EXTENSION walks after
  * pklimit--0.2.0.sql.
@@ -113,13 +115,18 @@ LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.platformkit_is_system() IS
 'Row level security predicate of platformkit_limits: true only while pklimit''s own code works on the table.';
 
---- 0.1.0 ---
+--- 0.2.0 ---
+-- No CHECK constraints: only pklimit's worker writes the table, and its C
+-- code keeps every window positive and every count at 0 or more; a CHECK
+-- would have its expression read again by every one of its statements.
+--- 0.1.0 0.2.0 ---
 CREATE TABLE @extschema@.platformkit_limits (
 	key pg_catalog.text COLLATE "C" PRIMARY KEY,
 	window_start pg_catalog.timestamptz NOT NULL,
 	window_end pg_catalog.timestamptz NOT NULL,
 	count pg_catalog.int8 NOT NULL,
 	updated_at pg_catalog.timestamptz NOT NULL,
+--- 0.1.0 ---
 	CONSTRAINT platformkit_limits_window_check
 		CHECK (window_end OPERATOR(pg_catalog.>) window_start),
 	CONSTRAINT platformkit_limits_count_check
@@ -131,15 +138,6 @@ CREATE INDEX platformkit_limits_window_end_idx
 	ON @extschema@.platformkit_limits (window_end);
 
 --- 0.2.0 ---
--- No CHECK constraints: only pklimit's worker writes the table, and its C
--- code keeps every window positive and every count at 0 or more; a CHECK
--- would have its expression read again by every one of its statements.
-CREATE TABLE @extschema@.platformkit_limits (
-	key pg_catalog.text COLLATE "C" PRIMARY KEY,
-	window_start pg_catalog.timestamptz NOT NULL,
-	window_end pg_catalog.timestamptz NOT NULL,
-	count pg_catalog.int8 NOT NULL,
-	updated_at pg_catalog.timestamptz NOT NULL,
 	blocked_until pg_catalog.timestamptz
 );
 
@@ -610,58 +608,6 @@ GRANT SELECT ON @extschema@.pklimit_purge_status TO pg_monitor;
 -- (cron.database_name); pklimit schedules its purge there itself, and from
 -- any other database says how to schedule it from there.  Only the pg_cron
 -- extension's own functions are called, never a planted "cron" schema.
-CREATE FUNCTION @extschema@.pklimit_schedule_purge(
-	schedule pg_catalog.text DEFAULT '0 * * * *')
-RETURNS pg_catalog.int8
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-	cron_db text := pg_catalog.current_setting('cron.database_name', true);
-	command text := 'SELECT @extschema@.pklimit_purge()';
-	job_id bigint;
-BEGIN
-	IF schedule IS NULL THEN
-		RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
-			MESSAGE = 'schedule must not be null';
-	END IF;
-	IF cron_db IS NULL OR cron_db = '' THEN
-		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-			MESSAGE = 'pg_cron is not loaded, so the pklimit purge is not scheduled',
-			HINT = pg_catalog.format('Add pg_cron to shared_preload_libraries and restart, or run %s hourly from another scheduler.', command);
-	END IF;
-	IF cron_db OPERATOR(pg_catalog.<>) pg_catalog.current_database() THEN
-		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-			MESSAGE = pg_catalog.format('pg_cron runs in database %s, so the pklimit purge of database %s is not scheduled',
-				cron_db, pg_catalog.current_database()),
-			HINT = pg_catalog.format('Connected to database %s, run: SELECT cron.schedule_in_database(%L, %L, %L, %L);',
-				cron_db, 'pklimit-purge-' OPERATOR(pg_catalog.||) pg_catalog.current_database(),
-				schedule, command, pg_catalog.current_database());
-	END IF;
-	-- the schema "cron" must be the pg_cron extension's own
-	IF NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
-				   JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
-				   WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
-				   AND d.objid OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace('cron')
-				   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
-				   AND d.deptype OPERATOR(pg_catalog.=) 'e'
-				   AND e.extname OPERATOR(pg_catalog.=) 'pg_cron') THEN
-		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
-			MESSAGE = 'the pg_cron extension is not installed in this database, so the pklimit purge is not scheduled',
-			HINT = 'Run CREATE EXTENSION pg_cron; then SELECT pklimit_schedule_purge();';
-	END IF;
-	-- cron.schedule replaces a job of the same name and owner: never a duplicate
-	EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO job_id
-		USING 'pklimit-purge', schedule, command;
-	RETURN job_id;
-END
-$fn$;
-
-COMMENT ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) IS
-'Schedules SELECT pklimit_purge() as the pg_cron job pklimit-purge (default: hourly, 0 * * * *) and returns its job id; where pg_cron cannot be reached from this database, raises 55000 with a hint giving the call to run instead.';
-
-REVOKE ALL ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) FROM PUBLIC;
-
 --- 0.2.0 0.1.0--0.2.0 ---
 CREATE FUNCTION @extschema@.pklimit_purge_status(
 	retention pg_catalog.interval DEFAULT '1 day',
@@ -708,6 +654,7 @@ REVOKE ALL ON FUNCTION @extschema@.pklimit_purge_job_error(pg_catalog.int8) FROM
 -- listening on a socket only refuses: where that connection fails and one
 -- to the server's own socket works, the job runs on the socket; where
 -- neither works, a WARNING says so and how to mend it.
+--- 0.1.0 0.2.0 0.1.0--0.2.0 ---
 CREATE FUNCTION @extschema@.pklimit_schedule_purge(
 	schedule pg_catalog.text DEFAULT '0 * * * *')
 RETURNS pg_catalog.int8
@@ -715,6 +662,11 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
+--- 0.1.0 ---
+	cron_db text := pg_catalog.current_setting('cron.database_name', true);
+	command text := 'SELECT @extschema@.pklimit_purge()';
+	job_id bigint;
+--- 0.2.0 0.1.0--0.2.0 ---
 	cron_db text;
 	command text := 'SELECT @extschema@.pklimit_purge()';
 	socket text;
@@ -722,11 +674,13 @@ DECLARE
 	job record;
 	problem text;
 	socket_problem text;
+--- 0.1.0 0.2.0 0.1.0--0.2.0 ---
 BEGIN
 	IF schedule IS NULL THEN
 		RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed',
 			MESSAGE = 'schedule must not be null';
 	END IF;
+--- 0.2.0 0.1.0--0.2.0 ---
 	-- pg_cron's settings are a superuser's to read
 	BEGIN
 		cron_db := pg_catalog.current_setting('cron.database_name', true);
@@ -735,6 +689,7 @@ BEGIN
 			MESSAGE = 'pklimit_schedule_purge must read pg_cron''s settings, which this role may not',
 			HINT = 'Run it as a superuser, or as a member of pg_read_all_settings.';
 	END;
+--- 0.1.0 0.2.0 0.1.0--0.2.0 ---
 	IF cron_db IS NULL OR cron_db = '' THEN
 		RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
 			MESSAGE = 'pg_cron is not loaded, so the pklimit purge is not scheduled',
@@ -760,6 +715,11 @@ BEGIN
 			MESSAGE = 'the pg_cron extension is not installed in this database, so the pklimit purge is not scheduled',
 			HINT = 'Run CREATE EXTENSION pg_cron; then SELECT pklimit_schedule_purge();';
 	END IF;
+--- 0.1.0 ---
+	-- cron.schedule replaces a job of the same name and owner: never a duplicate
+	EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO job_id
+		USING 'pklimit-purge', schedule, command;
+--- 0.2.0 0.1.0--0.2.0 ---
 	-- cron.schedule replaces a job of the same name and owner: never a
 	-- duplicate, and its nodename stays
 	EXECUTE 'SELECT cron.schedule($1, $2, $3)' INTO job_id
@@ -807,11 +767,18 @@ BEGIN
 			HINT = pg_catalog.format('Set cron.use_background_workers = on in postgresql.conf and restart the server (each run then takes a background worker slot: count one more in max_worker_processes); or let role %s connect to database %s from the server itself without a password (a pg_hba.conf line, or a password file of the server''s operating-system user). SELECT pklimit_purge_job_error(%s) is NULL once pg_cron can.',
 				job.username, job.database, job_id);
 	END IF;
+--- 0.1.0 0.2.0 0.1.0--0.2.0 ---
 	RETURN job_id;
 END
 $fn$;
 
 COMMENT ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) IS
+--- 0.1.0 ---
+'Schedules SELECT pklimit_purge() as the pg_cron job pklimit-purge (default: hourly, 0 * * * *) and returns its job id; where pg_cron cannot be reached from this database, raises 55000 with a hint giving the call to run instead.';
+
+REVOKE ALL ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) FROM PUBLIC;
+
+--- 0.2.0 0.1.0--0.2.0 ---
 'Schedules SELECT pklimit_purge() as the pg_cron job pklimit-purge (default: hourly, 0 * * * *) and returns its job id; a job pg_cron could not connect to run is moved to the server''s socket if that works, or a WARNING says how to mend it. Where pg_cron cannot be reached from this database, raises 55000 with a hint giving the call to run instead.';
 
 REVOKE ALL ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) FROM PUBLIC;
@@ -821,52 +788,13 @@ REVOKE ALL ON FUNCTION @extschema@.pklimit_schedule_purge(pg_catalog.text) FROM 
 -- on the new table, view and functions: nobody but their owner keeps any of
 -- it (PUBLIC's EXECUTE on the recording functions is the default, not a
 -- grant, and stays).  Runs last, after the script's own GRANTs and REVOKEs.
-DO $do$
-DECLARE
-	grant_ record;
-BEGIN
-	FOR grant_ IN
-		SELECT DISTINCT pg_catalog.format('TABLE %s', c.oid::pg_catalog.regclass) AS obj,
-			   CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-			   ELSE pg_catalog.quote_ident(r.rolname) END AS grantee
-		FROM pg_catalog.pg_class c,
-			 pg_catalog.aclexplode(c.relacl) a
-			 LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
-		WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
-				'@extschema@.platformkit_limits'::pg_catalog.regclass,
-				'@extschema@.pklimit_purge_status'::pg_catalog.regclass])
-		AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
-		AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole
-				 AND c.relkind OPERATOR(pg_catalog.=) 'v')
-		UNION
-		SELECT DISTINCT pg_catalog.format('FUNCTION %s', p.oid::pg_catalog.regprocedure),
-			   pg_catalog.quote_ident(r.rolname)
-		FROM pg_catalog.pg_proc p
-			 JOIN pg_catalog.pg_depend d
-			   ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-			  AND d.objid OPERATOR(pg_catalog.=) p.oid
-			  AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
-			  AND d.deptype OPERATOR(pg_catalog.=) 'e'
-			 JOIN pg_catalog.pg_extension e
-			   ON e.oid OPERATOR(pg_catalog.=) d.refobjid
-			  AND e.extname OPERATOR(pg_catalog.=) 'pklimit',
-			 pg_catalog.aclexplode(p.proacl) a
-			 JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
-		WHERE a.grantee OPERATOR(pg_catalog.<>) p.proowner
-		AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole
-				 AND p.proname OPERATOR(pg_catalog.=) 'pklimit_purge_status')
-	LOOP
-		EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', grant_.obj, grant_.grantee);
-	END LOOP;
-END
-$do$;
-
 --- 0.2.0 ---
 -- Default privileges (ALTER DEFAULT PRIVILEGES) may have granted something
 -- on the new table, view and functions: nobody but their owner keeps any of
 -- it (PUBLIC's EXECUTE on the recording functions is the default, not a
 -- grant, and stays, unless default privileges took it away: then a role
 -- must be granted EXECUTE, as for any function created under them).  Runs last, after the script's own GRANTs and REVOKEs.
+--- 0.1.0 0.2.0 ---
 DO $do$
 DECLARE
 	grant_ record;
@@ -880,6 +808,12 @@ BEGIN
 			 LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
 		WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
 				'@extschema@.platformkit_limits'::pg_catalog.regclass,
+--- 0.1.0 ---
+				'@extschema@.pklimit_purge_status'::pg_catalog.regclass])
+		AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+		AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole
+				 AND c.relkind OPERATOR(pg_catalog.=) 'v')
+--- 0.2.0 ---
 				'@extschema@.pklimit_purge_status'::pg_catalog.regclass,
 				'@extschema@.pklimit_stats'::pg_catalog.regclass])
 		AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
@@ -887,6 +821,7 @@ BEGIN
 				 AND c.relname OPERATOR(pg_catalog.=) 'pklimit_purge_status')
 		AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_read_all_stats'::pg_catalog.regrole
 				 AND c.relname OPERATOR(pg_catalog.=) 'pklimit_stats')
+--- 0.1.0 0.2.0 ---
 		UNION
 		SELECT DISTINCT pg_catalog.format('FUNCTION %s', p.oid::pg_catalog.regprocedure),
 			   pg_catalog.quote_ident(r.rolname)
@@ -904,13 +839,17 @@ BEGIN
 		WHERE a.grantee OPERATOR(pg_catalog.<>) p.proowner
 		AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_monitor'::pg_catalog.regrole
 				 AND p.proname OPERATOR(pg_catalog.=) 'pklimit_purge_status')
+--- 0.2.0 ---
 		AND NOT (a.grantee OPERATOR(pg_catalog.=) 'pg_read_all_stats'::pg_catalog.regrole
 				 AND p.proname OPERATOR(pg_catalog.=) 'pklimit_stats')
+--- 0.1.0 0.2.0 ---
 	LOOP
 		EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM %s', grant_.obj, grant_.grantee);
 	END LOOP;
 END
 $do$;
+--- 0.1.0 ---
+
 --- 0.1.0--0.2.0 ---
 -- Default privileges (ALTER DEFAULT PRIVILEGES) may have granted something
 -- on the objects just made: nobody but their owner keeps any of it, as at
