@@ -268,7 +268,7 @@ typedef enum PklimitOnUnavailable
 #define PKLIMIT_NODE_WAIT_MS 50
 #define PKLIMIT_PURGE_LOCK_SECONDS 5
 
-/* What is wrong with a window (api.c checks it). */
+/* What is wrong with a window (limit.c checks it). */
 typedef enum PklimitWindowCheck
 {
 	PKLIMIT_WINDOW_OK,
@@ -327,14 +327,10 @@ extern void pklimit_arg_not_null(FunctionCallInfo fcinfo, int argno,
 								 const char *what);
 extern char *pklimit_key_value(text *key, const char *what);
 extern int64 pklimit_max_count_value(int64 max_count, const char *what);
-extern int64 pklimit_window_value(const Interval *window, const char *what);
 extern bool pklimit_unavailable(const PklimitAnswer *answer,
 								PklimitCaller caller);
 extern bool pklimit_unavailable_allows(void);
 extern const char *pklimit_status_name(PklimitStatus status);
-extern PklimitWindowCheck pklimit_window_usec(const Interval *window,
-											  int64 *usec);
-extern void pklimit_window_guc_error(PklimitWindowCheck problem);
 
 /* key.c */
 extern char *pklimit_stored_key(text *key);
@@ -424,6 +420,10 @@ extern bool pklimit_apply_unit(PklimitEntry **entries, int n, int u,
 							   const PklimitTable *table);
 
 /* limit.c: the rules of a limit */
+extern PklimitWindowCheck pklimit_window_usec(const Interval *window,
+											  int64 *usec);
+extern void pklimit_window_guc_error(PklimitWindowCheck problem);
+extern int64 pklimit_window_value(const Interval *window, const char *what);
 extern TimestampTz pklimit_window_start(TimestampTz now, int64 window_usec);
 extern void pklimit_decide(const PklimitRow *before, const PklimitCall *call,
 						   TimestampTz now, PklimitDecision *decision);
