@@ -1,12 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * limit.c
- *		The rules of a limit: the lengths a window (or a block) may have,
- *		and, as pure functions of a key's row and a call, fixed windows
- *		aligned to the Unix epoch, one window per key at a time, cost,
- *		record_refused and block.  The README's table of rules and the
- *		conformance test's model say the same.  Nothing here reads or writes
- *		the table: unit.c brings the row and writes what comes out.
+ *		The rules of a limit, and nowhere else: the lengths a window (or a
+ *		block) may have, and what one call does to a key's row, as pure
+ *		functions of the row and the call: fixed windows aligned to the Unix
+ *		epoch, one window per key at a time, cost, record_refused, block
+ *		and the cap of a count.  The folded upsert (store.c's hit) applies
+ *		the same rules in SQL: their fragments are written here, each beside
+ *		the C it mirrors.  The README's table of rules and the conformance
+ *		test's model say the same.  Nothing here reads or writes the table:
+ *		unit.c brings the row and writes what comes out, store.c runs the
+ *		statements.
  *
  * One call at time now on a key whose row is before:
  *
@@ -127,18 +131,37 @@ pklimit_window_value(const Interval *window, const char *what)
 	return usec;
 }
 
+/*
+ * The SQL fragments below are of the folded upsert (store.c), on the key's
+ * row l: $1 is the key, $2 and $3 the start and end of the window the call
+ * would start, $4 the events, $5 now.
+ */
+
 /* 1970-01-01 00:00:00+00 as a TimestampTz: where fixed windows are aligned */
 #define UNIX_EPOCH \
 	((TimestampTz) (UNIX_EPOCH_JDATE - POSTGRES_EPOCH_JDATE) * USECS_PER_DAY)
 
 /* The start of the fixed window of length window_usec that holds now. */
-TimestampTz
-pklimit_window_start(TimestampTz now, int64 window_usec)
+static TimestampTz
+window_start(TimestampTz now, int64 window_usec)
 {
 	TimestampTz since_epoch = now - UNIX_EPOCH;
 	int64		into = since_epoch % window_usec;
 
 	return now - (into < 0 ? into + window_usec : into);
+}
+
+/*
+ * The row of the window of length window_usec a call at now starts,
+ * nothing counted in it yet: the upsert's $2 and $3.
+ */
+void
+pklimit_new_window(TimestampTz now, int64 window_usec, PklimitRow *row)
+{
+	row->exists = true;
+	row->window_start = window_start(now, window_usec);
+	row->window_end = row->window_start + window_usec;
+	row->count = 0;
 }
 
 /* Is the row's window open at now? */
@@ -147,6 +170,35 @@ window_open(const PklimitRow *row, TimestampTz now)
 {
 	return row->exists && row->window_end > now;
 }
+
+#define SQL_WINDOW_OPEN "l.window_end OPERATOR(pg_catalog.>) $5"
+
+/* Is the key blocked at now?  A row without a block has blocked_until 0. */
+static bool
+blocked(const PklimitRow *row, TimestampTz now)
+{
+	return row->exists && row->blocked_until > now;
+}
+
+#define SQL_BLOCKED "l.blocked_until OPERATOR(pg_catalog.>) $5"
+
+/* Events added to a count: the sum saturates at the largest bigint. */
+int64
+pklimit_add_events(int64 count, int64 events)
+{
+	int64		sum;
+
+	if (pg_add_s64_overflow(count, events, &sum))
+		return PG_INT64_MAX;
+	return sum;
+}
+
+#define SQL_COUNT_MAX "9223372036854775807::pg_catalog.int8"
+#define SQL_ADD_EVENTS \
+	"CASE WHEN l.count OPERATOR(pg_catalog.>)" \
+	"          (" SQL_COUNT_MAX " OPERATOR(pg_catalog.-) $4)" \
+	"        THEN " SQL_COUNT_MAX \
+	"        ELSE l.count OPERATOR(pg_catalog.+) $4 END"
 
 /*
  * The decision of one call, before anything is recorded: whether the key's
@@ -163,65 +215,57 @@ pklimit_decide(const PklimitRow *before, const PklimitCall *call,
 	memset(decision, 0, sizeof(*decision));
 	decision->count = count;
 	decision->window_end = open ? before->window_end :
-		pklimit_window_start(now, call->window_usec) + call->window_usec;
-	decision->blocked = before->exists && before->blocked_until > now;
-	if (decision->blocked)
-		decision->allowed = false;
-	else
-	{
-		/* a peek asks about one more event; the count saturates */
-		int64		reached;
+		window_start(now, call->window_usec) + call->window_usec;
+	decision->blocked = blocked(before, now);
+	/* a peek asks about one more event */
+	decision->allowed = !decision->blocked &&
+		pklimit_add_events(count, call->cost == 0 ? 1 : call->cost) <=
+		call->max_count;
+}
 
-		if (pg_add_s64_overflow(count, call->cost == 0 ? 1 : call->cost,
-								&reached))
-			reached = PG_INT64_MAX;
-		decision->allowed = (reached <= call->max_count);
-	}
+/*
+ * Are the call's events recorded?  If its own decision allowed it (in a call
+ * on several keys: every key's), or if record_refused.
+ */
+bool
+pklimit_records(const PklimitCall *call, bool allowed)
+{
+	return allowed || call->record_refused;
 }
 
 /*
  * The row after the call, given its decision and whether its events are
- * recorded (record: its own decision, or its group's, allowed it, or
- * record_refused).  The decision's count becomes the count after the call.
+ * recorded (pklimit_records).  The decision's count becomes the count after
+ * the call.  Returns the events it recorded.
  */
-void
+int64
 pklimit_apply_decision(const PklimitRow *before, const PklimitCall *call,
 					   TimestampTz now, bool record, PklimitDecision *decision,
 					   PklimitRow *after)
 {
-	bool		open = window_open(before, now);
-
 	*after = *before;
 	if (decision->blocked || call->cost == 0)
-		return;					/* nothing changes */
+		return 0;				/* nothing changes */
 	if (record)
 	{
-		if (!open)
-		{
-			after->exists = true;
-			after->window_start = pklimit_window_start(now, call->window_usec);
-			after->window_end = after->window_start + call->window_usec;
-			after->count = 0;
-		}
-		after->count = (after->count > PG_INT64_MAX - call->cost) ?
-			PG_INT64_MAX : after->count + call->cost;
+		if (!window_open(before, now))
+			pklimit_new_window(now, call->window_usec, after);
+		after->count = pklimit_add_events(after->count, call->cost);
 		after->updated_at = now;
 		decision->count = after->count;
 	}
 	if (!decision->allowed && call->block_usec > 0)
 	{
-		if (!after->exists || !window_open(after, now))
+		if (!window_open(after, now))
 		{
 			/* a block needs a row: the window of the moment, nothing in it */
-			after->exists = true;
-			after->window_start = pklimit_window_start(now, call->window_usec);
-			after->window_end = after->window_start + call->window_usec;
-			after->count = 0;
+			pklimit_new_window(now, call->window_usec, after);
 			after->updated_at = now;
 		}
 		after->blocked_until = Max(now + call->block_usec, after->window_end);
 		decision->blocked = true;
 	}
+	return record ? call->cost : 0;
 }
 
 /* When the refusal of a call ends, for reset_at and retry_after. */
@@ -229,7 +273,74 @@ TimestampTz
 pklimit_refused_until(const PklimitRow *after, const PklimitDecision *decision,
 					  TimestampTz now)
 {
-	if (after->exists && after->blocked_until > now)
+	if (blocked(after, now))
 		return after->blocked_until;
 	return decision->window_end;
 }
+
+/*
+ * The folded upsert: consecutive calls on one key that record every event
+ * and start no block, applied as one INSERT ... ON CONFLICT DO UPDATE of all
+ * their events, which cannot know whether any is allowed before it writes.
+ * Each call is then decided in C, in order, as if alone on the row the calls
+ * before it left, from the row the upsert started from (pklimit_fold_start).
+ */
+bool
+pklimit_folds(const PklimitCall *call)
+{
+	return call->cost > 0 && pklimit_records(call, false) &&
+		call->block_usec == 0;
+}
+
+/*
+ * Can the fold of calls that brought a count to count tell each its own?
+ * Not several at the cap: the count does not say where they started.
+ */
+bool
+pklimit_fold_known(int64 count, int calls)
+{
+	return calls == 1 || count < PG_INT64_MAX;
+}
+
+/*
+ * The row the fold of events started from, as its calls decide on it, given
+ * the row the upsert returned: a blocked key's row is unchanged; any other's
+ * counted the events in its open window or a new one (which decides as one
+ * counted from 0).
+ */
+void
+pklimit_fold_start(const PklimitRow *after, int64 events, TimestampTz now,
+				   PklimitRow *before)
+{
+	*before = *after;
+	if (!blocked(after, now))
+		before->count -= events;
+}
+
+/*
+ * The upsert's SET list, the rules above in SQL: a blocked key's row is
+ * written unchanged (0.2.0's table), so that the one statement still returns
+ * it with its block (a WHERE on the update would return no row, and cost a
+ * second statement); an open window counts the events, whatever the window
+ * length of the call, a closed one gives way to the call's new window.
+ */
+#define HIT_RULES_SQL(unless_blocked) \
+	" count = CASE" unless_blocked(" THEN l.count") \
+	"   WHEN " SQL_WINDOW_OPEN \
+	"   THEN " SQL_ADD_EVENTS \
+	"   ELSE $4 END," \
+	" window_start = CASE" unless_blocked(" THEN l.window_start") \
+	"   WHEN " SQL_WINDOW_OPEN \
+	"   THEN l.window_start ELSE $2 END," \
+	" window_end = CASE" unless_blocked(" THEN l.window_end") \
+	"   WHEN " SQL_WINDOW_OPEN \
+	"   THEN l.window_end ELSE $3 END," \
+	" updated_at = CASE" unless_blocked(" THEN l.updated_at") \
+	"   WHEN true THEN $5 END"
+#define UNLESS_BLOCKED(then) " WHEN " SQL_BLOCKED then
+#define NEVER_BLOCKED(then) ""
+
+const char	pklimit_hit_rules_sql[] = HIT_RULES_SQL(UNLESS_BLOCKED);
+
+/* the table of 0.1.0 has no blocked_until: no key is blocked */
+const char	pklimit_hit_rules_no_block_sql[] = HIT_RULES_SQL(NEVER_BLOCKED);
