@@ -182,18 +182,21 @@ blocked(const PklimitRow *row, TimestampTz now)
 
 #define SQL_BLOCKED "l.blocked_until OPERATOR(pg_catalog.>) $5"
 
-/* Events added to a count: the sum saturates at the largest bigint. */
+/* The cap of every count: the largest bigint. */
+#define COUNT_MAX PG_INT64_MAX
+#define SQL_COUNT_MAX "9223372036854775807::pg_catalog.int8"
+
+/* Events added to a count: the sum saturates at the cap. */
 int64
 pklimit_add_events(int64 count, int64 events)
 {
 	int64		sum;
 
 	if (pg_add_s64_overflow(count, events, &sum))
-		return PG_INT64_MAX;
+		return COUNT_MAX;
 	return sum;
 }
 
-#define SQL_COUNT_MAX "9223372036854775807::pg_catalog.int8"
 #define SQL_ADD_EVENTS \
 	"CASE WHEN l.count OPERATOR(pg_catalog.>)" \
 	"          (" SQL_COUNT_MAX " OPERATOR(pg_catalog.-) $4)" \
@@ -293,13 +296,14 @@ pklimit_folds(const PklimitCall *call)
 }
 
 /*
- * Can the fold of calls that brought a count to count tell each its own?
- * Not several at the cap: the count does not say where they started.
+ * Can a fold of calls whose events bring the key's count to count tell each
+ * call its own count?  Not several at the cap: a count there does not say
+ * where their events started.
  */
 bool
 pklimit_fold_known(int64 count, int calls)
 {
-	return calls == 1 || count < PG_INT64_MAX;
+	return calls == 1 || count < COUNT_MAX;
 }
 
 /*
