@@ -12,6 +12,7 @@
  */
 #include "postgres.h"
 
+#include "common/int.h"
 #include "utils/timestamp.h"
 
 #include "pklimit.h"
@@ -56,15 +57,6 @@ decided(const PklimitDecision *decision, const PklimitRow *after,
 	result->refused_until = pklimit_refused_until(after, decision, now);
 }
 
-/* Apply each of the m members in a statement of its own; returns false. */
-static bool
-unfold(PklimitEntry **members, int m)
-{
-	for (int k = 0; k < m; k++)
-		members[k]->unfold = true;
-	return false;
-}
-
 /*
  * Folded hits: their events in one upsert, each call then decided in order
  * on the row the calls before it left (limit.c), so answered the count after
@@ -81,15 +73,22 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 	PklimitRow	before;
 
 	for (int k = 0; k < m; k++)
-		events = pklimit_add_events(events, members[k]->request.call.cost);
-	if (!pklimit_fold_known(events, m))
-		return unfold(members, m);
-
+		if (pg_add_s64_overflow(events, members[k]->request.call.cost, &events))
+		{
+			/* more events than a count can hold: one statement each */
+			for (int j = 0; j < m; j++)
+				members[j]->unfold = true;
+			return false;
+		}
 	pklimit_unit_current = head;
 	pklimit_store_hit(table, head->key, head->call.window_usec, events, now,
 					  &row);
 	if (!pklimit_fold_known(row.count, m))
-		return unfold(members, m);
+	{
+		for (int k = 0; k < m; k++)
+			members[k]->unfold = true;
+		return false;
+	}
 	pklimit_fold_start(&row, events, now, &before);
 	for (int k = 0; k < m; k++)
 	{
