@@ -15,86 +15,14 @@
 
 #include "access/htup_details.h"
 #include "access/xlog.h"
-#include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
-#include "compat.h"
 #include "pklimit.h"
-
-/* Longest window accepted: far beyond any rate limit, far inside timestamptz. */
-#define MAX_WINDOW_DAYS 3650000
-#define MAX_WINDOW_YEARS 10000
-#define MAX_WINDOW_USEC ((int64) MAX_WINDOW_DAYS * USECS_PER_DAY)
-
-/*
- * What is wrong with a window, as its argument's error says it: the message
- * follows the argument's name, and %s in the hint is that name.
- */
-typedef struct WindowProblem
-{
-	const char *message;
-	const char *detail;
-	const char *hint;
-} WindowProblem;
-
-static const WindowProblem window_problems[] = {
-	[PKLIMIT_WINDOW_INFINITE] = {
-		"must be finite", NULL,
-		"Give the %s in days, hours, minutes or seconds, for example '15 minutes'."
-	},
-	[PKLIMIT_WINDOW_MONTHS] = {
-		"must not contain months or years",
-		"Months and years have no fixed length.",
-		"Give the %s in days, hours, minutes or seconds, for example '30 days'."
-	},
-	[PKLIMIT_WINDOW_TOO_LONG] = {
-		"is too long", NULL,
-		"The longest %s is " CppAsString2(MAX_WINDOW_YEARS) " years ("
-		CppAsString2(MAX_WINDOW_DAYS) " days)."
-	},
-	[PKLIMIT_WINDOW_NOT_POSITIVE] = {
-		"must be positive", NULL,
-		"Give a %s longer than zero, for example '15 minutes'."
-	},
-};
-
-/*
- * A window's length in microseconds (days count as 24 hours), or what is
- * wrong with it: the rules of the window argument and of
- * pklimit.default_window.
- */
-PklimitWindowCheck
-pklimit_window_usec(const Interval *window, int64 *usec)
-{
-	if (!pklimit_interval_is_finite(window))
-		return PKLIMIT_WINDOW_INFINITE;
-	if (window->month != 0)
-		return PKLIMIT_WINDOW_MONTHS;
-	if (pg_mul_s64_overflow((int64) window->day, USECS_PER_DAY, usec) ||
-		pg_add_s64_overflow(*usec, window->time, usec))
-		*usec = (window->day < 0) ? -1 : MAX_WINDOW_USEC + 1;
-	if (*usec > MAX_WINDOW_USEC)
-		return PKLIMIT_WINDOW_TOO_LONG;
-	if (*usec <= 0)
-		return PKLIMIT_WINDOW_NOT_POSITIVE;
-	return PKLIMIT_WINDOW_OK;
-}
-
-/* Explain a bad value of a window setting, in a GUC check hook. */
-void
-pklimit_window_guc_error(PklimitWindowCheck problem)
-{
-	const WindowProblem *p = &window_problems[problem];
-
-	GUC_check_errdetail("The window %s.", p->message);
-	GUC_check_errhint(p->hint, "window");
-}
 
 void
 pklimit_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *what)
@@ -126,29 +54,6 @@ pklimit_max_count_value(int64 max_count, const char *what)
 				 errmsg("%s must not be negative", what),
 				 errdetail("%s is " INT64_FORMAT ".", what, max_count)));
 	return max_count;
-}
-
-/*
- * A window (or a block: what names it) the caller gave, in microseconds:
- * days count as 24 hours.
- */
-int64
-pklimit_window_value(const Interval *window, const char *what)
-{
-	int64		usec;
-	PklimitWindowCheck problem = pklimit_window_usec(window, &usec);
-
-	if (problem != PKLIMIT_WINDOW_OK)
-	{
-		const WindowProblem *p = &window_problems[problem];
-
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s %s", what, p->message),
-				 p->detail ? errdetail("%s", p->detail) : 0,
-				 errhint(p->hint, what)));
-	}
-	return usec;
 }
 
 static char *

@@ -28,16 +28,16 @@
 #define CHECK_COLUMNS 6
 
 /*
- * The kind of request a call makes: a peek, a plain hit (folded with others
- * on its key), or a call decided on its locked row, as every key of a call
- * on several keys is.
+ * The kind of request a call makes: a peek, a hit (folded with others on its
+ * key, as limit.c allows), or a call decided on its locked row, as every key
+ * of a call on several keys is.
  */
 static PklimitOpKind
 kind_of(const PklimitCall *call, int keys)
 {
 	if (call->cost == 0)
 		return PKLIMIT_OP_PEEK;
-	if (keys == 1 && call->record_refused && call->block_usec == 0)
+	if (keys == 1 && pklimit_folds(call))
 		return PKLIMIT_OP_HIT;
 	return PKLIMIT_OP_LIMIT;
 }

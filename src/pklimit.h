@@ -20,8 +20,10 @@
  *	apply.c		applying a batch's requests in the worker's own transactions
  *	unit.c		one unit of such a transaction: folded hits, a decided call or
  *				a group of them, a peek, a count, a forget
- *	limit.c		the rules of a limit: window, cost, record_refused, block
- *	store.c		the statements on platformkit_limits
+ *	limit.c		the rules of a limit: window, cost, record_refused, block,
+ *				the cap of a count; in C and in the folded upsert's SQL
+ *	store.c		the statements on platformkit_limits (the folded upsert's
+ *				rules are limit.c's)
  *	purge.c		the purge, from the SQL call to the worker's steps and status
  *	stats.c		the counters behind pklimit_stats, and its SQL functions
  *	cron.c		what pklimit needs of pg_cron: can a job run, and unschedule
@@ -268,7 +270,7 @@ typedef enum PklimitOnUnavailable
 #define PKLIMIT_NODE_WAIT_MS 50
 #define PKLIMIT_PURGE_LOCK_SECONDS 5
 
-/* What is wrong with a window (api.c checks it). */
+/* What is wrong with a window (limit.c checks it). */
 typedef enum PklimitWindowCheck
 {
 	PKLIMIT_WINDOW_OK,
@@ -327,14 +329,10 @@ extern void pklimit_arg_not_null(FunctionCallInfo fcinfo, int argno,
 								 const char *what);
 extern char *pklimit_key_value(text *key, const char *what);
 extern int64 pklimit_max_count_value(int64 max_count, const char *what);
-extern int64 pklimit_window_value(const Interval *window, const char *what);
 extern bool pklimit_unavailable(const PklimitAnswer *answer,
 								PklimitCaller caller);
 extern bool pklimit_unavailable_allows(void);
 extern const char *pklimit_status_name(PklimitStatus status);
-extern PklimitWindowCheck pklimit_window_usec(const Interval *window,
-											  int64 *usec);
-extern void pklimit_window_guc_error(PklimitWindowCheck problem);
 
 /* key.c */
 extern char *pklimit_stored_key(text *key);
@@ -424,16 +422,29 @@ extern bool pklimit_apply_unit(PklimitEntry **entries, int n, int u,
 							   const PklimitTable *table);
 
 /* limit.c: the rules of a limit */
-extern TimestampTz pklimit_window_start(TimestampTz now, int64 window_usec);
+extern PklimitWindowCheck pklimit_window_usec(const Interval *window,
+											  int64 *usec);
+extern void pklimit_window_guc_error(PklimitWindowCheck problem);
+extern int64 pklimit_window_value(const Interval *window, const char *what);
+extern void pklimit_new_window(TimestampTz now, int64 window_usec,
+							   PklimitRow *row);
+extern int64 pklimit_add_events(int64 count, int64 events);
 extern void pklimit_decide(const PklimitRow *before, const PklimitCall *call,
 						   TimestampTz now, PklimitDecision *decision);
-extern void pklimit_apply_decision(const PklimitRow *before,
-								   const PklimitCall *call, TimestampTz now,
-								   bool record, PklimitDecision *decision,
-								   PklimitRow *after);
+extern bool pklimit_records(const PklimitCall *call, bool allowed);
+extern int64 pklimit_apply_decision(const PklimitRow *before,
+									const PklimitCall *call, TimestampTz now,
+									bool record, PklimitDecision *decision,
+									PklimitRow *after);
 extern TimestampTz pklimit_refused_until(const PklimitRow *after,
 										 const PklimitDecision *decision,
 										 TimestampTz now);
+extern bool pklimit_folds(const PklimitCall *call);
+extern bool pklimit_fold_known(int64 count, int calls);
+extern void pklimit_fold_start(const PklimitRow *after, int64 events,
+							   TimestampTz now, PklimitRow *before);
+extern const char pklimit_hit_rules_sql[];
+extern const char pklimit_hit_rules_no_block_sql[];
 
 /* purge.c: the worker's side of the purge */
 extern Size pklimit_purge_shmem_size(void);

@@ -4,8 +4,10 @@
  *		The statements on platformkit_limits, run through SPI in whatever
  *		transaction is current and as whichever role is current.  The worker
  *		(apply.c, purge.c) decides which transaction that is and runs them as
- *		the table's owner; what a call decides is limit.c's.  This file knows
- *		only the table, and must not begin, end or wait on anything itself.
+ *		the table's owner; what a call decides is limit.c's, and so is the
+ *		folded upsert's SET list, which applies the same rules in SQL.  This
+ *		file knows only the table, and must not begin, end or wait on
+ *		anything itself.
  *
  * Every statement names its schema, functions and operators explicitly, so
  * the search_path in force cannot redirect it, and touches one key, so the
@@ -48,7 +50,10 @@
 /* True only while this file's statements run: the RLS predicate. */
 bool		pklimit_in_system = false;
 
-/* One statement: its SQL (%s stands for the schema), arguments and plan. */
+/*
+ * One statement: its SQL (%s stands for the schema, but in the hit, whose
+ * second is limit.c's rules), arguments and plan.
+ */
 typedef struct Statement
 {
 	const char *sql;
@@ -56,6 +61,7 @@ typedef struct Statement
 	Oid			argtypes[6];
 	bool		read_latest;	/* read the latest committed rows, whatever
 								 * the transaction's snapshot */
+	const char *rules;			/* the hit's SET list (limit.c) */
 	SPIPlanPtr	plan;			/* prepared once per schema, kept */
 } Statement;
 
@@ -80,41 +86,19 @@ typedef enum StatementId
 	"l.count, l.window_start, l.window_end, l.updated_at, " blocked_until
 
 /*
- * The hit: one INSERT ... ON CONFLICT DO UPDATE of $4 events at the event's
- * time $5, read from the server clock just before the statement runs (on
- * one server pklimit's worker is the table's only writer; on Citus each
- * node's worker writes with its own clock, and the upsert is as atomic
- * there).  A key has one window at a time: while its window is
- * open, events count in it whatever the window length of the call, and a
- * new window ($2, $3: the call's) starts only once it has closed.  A blocked
- * key (0.2.0) records nothing: its row is written unchanged, so that one
- * statement still returns it with its block (a WHERE on the update would
- * return no row, and cost a second statement).  The count saturates at the
- * largest bigint.
+ * The hit: the folded upsert, one INSERT ... ON CONFLICT DO UPDATE of $4
+ * events at the event's time $5, read from the server clock just before the
+ * statement runs (on one server pklimit's worker is the table's only writer;
+ * on Citus each node's worker writes with its own clock, and the upsert is
+ * as atomic there).  A new key's row counts them in the call's window ($2,
+ * $3); the SET list, the rules of a limit, is limit.c's.
  */
-#define HIT_SQL(blocked, blocked_returned) \
+#define HIT_SQL(blocked_until) \
 	"INSERT INTO %s.platformkit_limits AS l" \
 	" (key, window_start, window_end, count, updated_at)" \
 	" VALUES ($1, $2, $3, $4, $5)" \
-	" ON CONFLICT (key) DO UPDATE SET" \
-	" count = CASE" blocked(" THEN l.count") \
-	"   WHEN l.window_end OPERATOR(pg_catalog.>) $5" \
-	"   THEN CASE WHEN l.count OPERATOR(pg_catalog.>)" \
-	"          (9223372036854775807::pg_catalog.int8 OPERATOR(pg_catalog.-) $4)" \
-	"        THEN 9223372036854775807::pg_catalog.int8" \
-	"        ELSE l.count OPERATOR(pg_catalog.+) $4 END" \
-	"   ELSE $4 END," \
-	" window_start = CASE" blocked(" THEN l.window_start") \
-	"   WHEN l.window_end OPERATOR(pg_catalog.>) $5" \
-	"   THEN l.window_start ELSE $2 END," \
-	" window_end = CASE" blocked(" THEN l.window_end") \
-	"   WHEN l.window_end OPERATOR(pg_catalog.>) $5" \
-	"   THEN l.window_end ELSE $3 END," \
-	" updated_at = CASE" blocked(" THEN l.updated_at") \
-	"   WHEN true THEN $5 END" \
-	" RETURNING " ROW_COLUMNS(blocked_returned)
-#define BLOCKED(then) " WHEN l.blocked_until OPERATOR(pg_catalog.>) $5" then
-#define NEVER_BLOCKED(then) ""
+	" ON CONFLICT (key) DO UPDATE SET%s" \
+	" RETURNING " ROW_COLUMNS(blocked_until)
 
 /*
  * The row of a key, locked for the rest of the transaction (a call decided
@@ -186,7 +170,8 @@ typedef enum StatementId
 
 static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 	{
-		[STMT_HIT] = {HIT_SQL(NEVER_BLOCKED, "NULL::pg_catalog.timestamptz"), 5, ROW_ARGS, false},
+		[STMT_HIT] = {HIT_SQL("NULL::pg_catalog.timestamptz"), 5, ROW_ARGS, false,
+		pklimit_hit_rules_no_block_sql},
 		[STMT_READ] = {READ_SQL("NULL::pg_catalog.timestamptz", " FOR UPDATE OF l"), 1, {TEXTOID}, false},
 		[STMT_PEEK] = {READ_SQL("NULL::pg_catalog.timestamptz", ""), 1, {TEXTOID}, true},
 		/* no decided calls on the table of 0.1.0: only 0.2.0 makes them */
@@ -198,7 +183,8 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 		PURGE_ARGS, false},
 	},
 	{
-		[STMT_HIT] = {HIT_SQL(BLOCKED, "l.blocked_until"), 5, ROW_ARGS, false},
+		[STMT_HIT] = {HIT_SQL("l.blocked_until"), 5, ROW_ARGS, false,
+		pklimit_hit_rules_sql},
 		[STMT_READ] = {READ_SQL("l.blocked_until", " FOR UPDATE OF l"), 1, {TEXTOID}, false},
 		[STMT_PEEK] = {READ_SQL("l.blocked_until", ""), 1, {TEXTOID}, true},
 		[STMT_WRITE] = {WRITE_SQL, 6, ROW_ARGS, false},
@@ -428,7 +414,8 @@ get_plan(const PklimitTable *table, StatementId id)
 	if (stmt->plan == NULL)
 	{
 		const char *quoted = quote_identifier(plans_nspname);
-		char	   *sql = psprintf(stmt->sql, quoted, quoted);
+		char	   *sql = psprintf(stmt->sql, quoted,
+								   stmt->rules ? stmt->rules : quoted);
 		SPIPlanPtr	plan = SPI_prepare(sql, stmt->nargs, stmt->argtypes);
 
 		if (plan == NULL)
@@ -498,13 +485,14 @@ pklimit_store_hit(const PklimitTable *table, const char *stored_key,
 				  int64 window_usec, int64 events, TimestampTz now,
 				  PklimitRow *row)
 {
-	TimestampTz start = pklimit_window_start(now, window_usec);
+	PklimitRow	window;
 	Datum		values[5];
 	int			rc;
 
+	pklimit_new_window(now, window_usec, &window);
 	values[0] = CStringGetTextDatum(stored_key);
-	values[1] = TimestampTzGetDatum(start);
-	values[2] = TimestampTzGetDatum(start + window_usec);
+	values[1] = TimestampTzGetDatum(window.window_start);
+	values[2] = TimestampTzGetDatum(window.window_end);
 	values[3] = Int64GetDatum(events);
 	values[4] = TimestampTzGetDatum(now);
 	rc = run(table, STMT_HIT, values, NULL);

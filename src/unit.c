@@ -44,11 +44,24 @@ answer(PklimitEntry *e, const PklimitResult *result)
 	e->answer.result = *result;
 }
 
+/* The result of a call decided on a key's row, which it left as after. */
+static void
+decided(const PklimitDecision *decision, const PklimitRow *after,
+		TimestampTz now, PklimitResult *result)
+{
+	result->found = true;
+	result->allowed = decision->allowed;
+	result->count = decision->count;
+	result->window_end = decision->window_end;
+	result->event_at = now;
+	result->refused_until = pklimit_refused_until(after, decision, now);
+}
+
 /*
- * Folded hits: their events in one upsert, each answered the count after
- * its own events.  A folded unit whose count comes back at the largest
- * bigint does not say where it started, so its events cannot get their own
- * counts: they are marked unfold instead, and false is returned.
+ * Folded hits: their events in one upsert, each call then decided in order
+ * on the row the calls before it left (limit.c), so answered the count after
+ * its own events.  If the fold cannot tell each call its count, its members
+ * are marked unfold instead, and false is returned.
  */
 static bool
 apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
@@ -56,9 +69,8 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 	const PklimitRequest *head = &members[0]->request;
 	TimestampTz now = GetCurrentTimestamp();
 	int64		events = 0;
-	int64		before;
 	PklimitRow	row;
-	bool		blocked;
+	PklimitRow	before;
 
 	for (int k = 0; k < m; k++)
 		if (pg_add_s64_overflow(events, members[k]->request.call.cost, &events))
@@ -71,29 +83,28 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 	pklimit_unit_current = head;
 	pklimit_store_hit(table, head->key, head->call.window_usec, events, now,
 					  &row);
-	if (m > 1 && row.count == PG_INT64_MAX)
+	if (!pklimit_fold_known(row.count, m))
 	{
 		for (int k = 0; k < m; k++)
 			members[k]->unfold = true;
 		return false;
 	}
-	blocked = (row.blocked_until > now);
-	before = blocked ? row.count : row.count - events;
+	pklimit_fold_start(&row, events, now, &before);
 	for (int k = 0; k < m; k++)
 	{
 		const PklimitCall *call = &members[k]->request.call;
+		PklimitDecision decision;
+		PklimitRow	after;
+		bool		record;
 		PklimitResult result = {0};
 
-		if (!blocked)
-			before += call->cost;
-		result.found = true;
-		result.recorded = blocked ? 0 : call->cost;
-		result.count = (row.window_end > now) ? before : 0;
-		result.allowed = !blocked && result.count <= call->max_count;
-		result.window_end = row.window_end;
-		result.event_at = now;
-		result.refused_until = blocked ? row.blocked_until : row.window_end;
+		pklimit_decide(&before, call, now, &decision);
+		record = pklimit_records(call, decision.allowed);
+		result.recorded = pklimit_apply_decision(&before, call, now, record,
+												 &decision, &after);
+		decided(&decision, &after, now, &result);
 		answer(members[k], &result);
+		before = after;
 	}
 	return true;
 }
