@@ -3,8 +3,8 @@
 # table and on a local table, side by side on one coordinator with two worker
 # nodes (three clusters on this machine), and the calls from all three nodes
 # at once.  Reports, asserts nothing.  Needs Citus installed for the
-# PostgreSQL under test (it is not a Debian package: see the README's
-# "Scaling out with Citus"); without it, says so and stops.  As root:
+# PostgreSQL under test (it is not a Debian package: see
+# docs/citus.md); without it, says so and stops.  As root:
 #
 #   bash bench/citus.sh             (DURATION=10 ROUNDS=3 by default)
 source "$(dirname "$0")/../scripts/common.sh"

@@ -149,7 +149,7 @@ ALTER FUNCTION regress_elsewhere.pklimit_count(text, integer) SET SCHEMA public;
 DROP SCHEMA regress_elsewhere CASCADE;
 DROP FUNCTION public.innocent(text, integer, interval);
 RESET ROLE;
--- so the README's call reaches pklimit's own function
+-- so docs/security.md's call reaches pklimit's own function
 SELECT pklimit_allow('login:bob', 0, '15 minutes') AS refused;
 SELECT pklimit_forget('login:bob');
 

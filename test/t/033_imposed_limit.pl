@@ -1,4 +1,4 @@
-# A limit imposed on a role: the README's SECURITY DEFINER wrapper, run as
+# A limit imposed on a role: docs/security.md's SECURITY DEFINER wrapper, run as
 # written, pins every setting a role may set that pklimit reads, and takes
 # the tenant from a table the caller cannot write.  A caller that sets each
 # of them against the limit, a new tenant for every call included, still
@@ -12,13 +12,13 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use PklimitTest;
 
-# the block the README says this test runs
-my $readme = slurp_file("$FindBin::RealBin/../../README.md");
-my ($block) = $readme =~
-  m{<!-- test/t/033_imposed_limit\.pl runs this block as written -->\s*```sql\n(.*?)```}s;
-ok(defined $block, "the README's wrapper is found");
+# the block docs/security.md says this test runs (test/t/061_docs_sql.pl
+# checks that this file reads it)
+my $marker = '<!-- tested: test/t/033_imposed_limit.pl -->';
+my $page = slurp_file("$FindBin::RealBin/../../docs/security.md");
+my ($block) = $page =~ m{\Q$marker\E\n```sql\n(.*?)```}s;
+ok(defined $block, "docs/security.md's wrapper is found");
 $block //= '';
-$block =~ s/^  //mg;
 
 my $node = PostgreSQL::Test::Cluster->new('imposed_limit');
 $node->init;

@@ -1,8 +1,8 @@
 # The postgres_exporter queries in monitoring/: each runs against a real
 # server as a pg_monitor member (the exporter's usual role), returns every
 # column its metrics name, each with a usage the exporter knows and a
-# numeric value, under the metric names listed here (and in the README's
-# Monitoring section), with the values pklimit_stats holds.  Then the reset
+# numeric value, under the metric names listed here (and in
+# docs/monitoring.md, "Prometheus"), with the values pklimit_stats holds.  Then the reset
 # of one database and of all, and DROP DATABASE taking its row.
 use strict;
 use warnings;

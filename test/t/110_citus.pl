@@ -5,7 +5,7 @@
 # between nodes, tenants and row level security, purge by hand and by
 # pg_cron, the update from 0.1.0 of a distributed table, a reference table,
 # and the way to drop the extension.  Not run (never passed) where the citus
-# extension is not installed: see the README's "Scaling out with Citus".
+# extension is not installed: see docs/citus.md.
 use strict;
 use warnings;
 use FindBin;
@@ -363,6 +363,6 @@ is($coord->safe_psql('upd', q{
 	SELECT string_agg(result, ',') FROM run_command_on_workers(
 		$$SELECT count(*) FROM pg_class WHERE relname LIKE 'platformkit_limits%'
 		   OR oid IN (SELECT objid FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid WHERE e.extname = 'pklimit')$$)}),
-	'0,0', 'the README\'s way to drop pklimit leaves no table, shard or object on the worker nodes');
+	'0,0', 'docs/citus.md\'s way to drop pklimit leaves no table, shard or object on the worker nodes');
 
 done_testing();
