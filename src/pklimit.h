@@ -18,6 +18,8 @@
  *				back-off after failures, retire when idle, leave on exit
  *	worker.c	the worker process and its loop over batches
  *	apply.c		applying a batch's requests in the worker's own transactions
+ *	xact.c		the worker's transactions: begin, commit, abort, lock wait,
+ *				Citus's node settings, the statement timer, the owner switch
  *	unit.c		one unit of such a transaction: folded hits, a decided call or
  *				a group of them, a peek, a count, a forget
  *	limit.c		the rules of a limit: window, cost, record_refused, block
@@ -371,23 +373,50 @@ extern void pklimit_terminate_workers(Oid dboid);
 extern pid_t pklimit_registry_worker_pid(Oid dboid);
 extern int	pklimit_registry_sharers(int *entries);
 
+/*
+ * The worker's session, as its transactions need it: set up by worker.c,
+ * passed to apply.c and purge.c, used by xact.c.
+ */
+typedef struct PklimitSession
+{
+	int			lock_wait_ms;	/* lock_timeout in force; -1: not set yet */
+	bool		on_citus;		/* Citus is loaded: its tables' rows live on
+								 * other nodes */
+} PklimitSession;
+
 /* worker.c */
 extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
-extern bool pklimit_on_citus;
 
-/* apply.c: the worker's transactions */
+/* apply.c: a batch's entries in the worker's transactions */
 extern void pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
+						  PklimitSession *session,
 						  MemoryContext memory_context);
 extern void pklimit_entry_answer(PklimitEntry *entry, PklimitStatus status);
 extern bool pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b);
 extern int	pklimit_key_order(const PklimitRequest *a, const PklimitRequest *b);
 extern bool pklimit_worth_retrying(TimestampTz deadline, TimestampTz now);
-extern void pklimit_set_lock_wait(int ms);
-extern void pklimit_set_node_settings(void);
+
+/* xact.c: the worker's transactions */
+typedef struct PklimitUser
+{
+	Oid			userid;
+	int			sec_context;
+} PklimitUser;
+
+extern void pklimit_timer_reset(void);
+extern void pklimit_timer_start(int ms);
+extern void pklimit_timer_stop(void);
+extern bool pklimit_timer_ran_out(void);
+extern void pklimit_set_lock_wait(PklimitSession *session, int ms);
+extern void pklimit_set_node_settings(const PklimitSession *session);
 extern void pklimit_begin_transaction(const char *activity);
 extern bool pklimit_commit_transaction(void);
+extern void pklimit_rollback_transaction(void);
 extern ErrorData *pklimit_abort_transaction(MemoryContext memory_context);
 extern void pklimit_report_idle(void);
+extern void pklimit_remember_user(PklimitUser *user);
+extern void pklimit_become_owner(const PklimitUser *user, Oid owner);
+extern void pklimit_restore_user(const PklimitUser *user);
 extern void pklimit_answer_error(PklimitAnswer *answer, const ErrorData *edata);
 
 /* store.c: the statements on platformkit_limits, in the current transaction */
@@ -400,7 +429,7 @@ typedef struct PklimitTable
 	bool		citus;			/* distributed or replicated by Citus */
 } PklimitTable;
 
-extern void pklimit_store_open(Oid nspid, PklimitTable *table);
+extern void pklimit_store_open(Oid nspid, bool on_citus, PklimitTable *table);
 extern bool pklimit_store_table_free(Oid nspid);
 extern void pklimit_store_hit(const PklimitTable *table, const char *stored_key,
 							  int64 window_usec, int64 events, TimestampTz now,
@@ -440,7 +469,8 @@ extern Size pklimit_purge_shmem_size(void);
 extern void pklimit_purge_shmem_init(void);
 extern void pklimit_purge_take(const PklimitEntry *entry);
 extern bool pklimit_purge_due(void);
-extern bool pklimit_purge_step(MemoryContext memory_context);
+extern bool pklimit_purge_step(PklimitSession *session,
+							   MemoryContext memory_context);
 extern bool pklimit_purge_running(void);
 extern void pklimit_purge_fail_running(void);
 

@@ -69,6 +69,9 @@ typedef struct Batch
 /* Is this the static worker of a database in pklimit.databases? */
 static bool static_worker = false;
 
+/* The session its transactions run in (xact.c). */
+static PklimitSession session = {.lock_wait_ms = -1};
+
 /*
  * An acknowledged event survives a crash, whatever the database says
  * (synchronous_commit on), unless pklimit.asynchronous_commit trades that
@@ -213,7 +216,7 @@ apply(Batch *b, int first, PklimitEntryState state, int lock_wait_ms)
 		if (b->entries[i].state == state)
 			list[n++] = &b->entries[i];
 	if (n > 0)
-		pklimit_apply(list, n, lock_wait_ms, b->context);
+		pklimit_apply(list, n, lock_wait_ms, &session, b->context);
 }
 
 /*
@@ -373,13 +376,10 @@ set_up_session(void)
 	{
 		SetConfigOption("citus.propagate_set_commands", "local", PGC_SUSET,
 						PGC_S_OVERRIDE);
-		pklimit_on_citus = true;
+		session.on_citus = true;
 	}
 	set_commit_mode();
 }
-
-/* Is Citus loaded?  Its tables' rows live on other nodes (apply.c). */
-bool		pklimit_on_citus = false;
 
 void
 pklimit_worker_main(Datum main_arg)
@@ -436,7 +436,8 @@ pklimit_worker_main(Datum main_arg)
 		}
 		if (pklimit_purge_due())
 		{
-			bool		goes_on = pklimit_purge_step(batch->context);
+			bool		goes_on = pklimit_purge_step(&session,
+													 batch->context);
 
 			last_work = GetCurrentTimestamp();
 			if (goes_on)
