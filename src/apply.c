@@ -69,24 +69,6 @@ pklimit_entry_answer(PklimitEntry *entry, PklimitStatus status)
 	entry->state = ENTRY_ANSWERED;
 }
 
-bool
-pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b)
-{
-	return a->nspid == b->nspid && strcmp(a->key, b->key) == 0;
-}
-
-/*
- * The global order of keys, the same in every worker of every node: by
- * schema, then by stored key, byte by byte.
- */
-int
-pklimit_key_order(const PklimitRequest *a, const PklimitRequest *b)
-{
-	if (a->nspid != b->nspid)
-		return a->nspid < b->nspid ? -1 : 1;
-	return strcmp(a->key, b->key);
-}
-
 /*
  * Is there budget left before deadline for another try at a locked row, with
  * time to spare for the answer to reach the caller?  The next try comes
@@ -284,13 +266,14 @@ count_recorded(PklimitEntry **entries, int n)
  * connection being closed) would hold up every key of every batch, so the
  * wait ends after PKLIMIT_NODE_WAIT_MS, as a lock wait does: the unit's
  * entries are set aside and the rest of the batch goes on.  *citus says
- * whether a table was Citus's.  Returns false if a unit's hits must be
+ * whether a table was Citus's, *running which request's statement runs
+ * (unit.c).  Returns false if a unit's hits must be
  * applied unfolded (the rest is not applied).
  */
 static bool
 apply_units(PklimitEntry **entries, int n, const Unit *units,
 			const int *order, int nunits, PklimitSession *session,
-			volatile bool *citus)
+			volatile bool *citus, const PklimitRequest *volatile *running)
 {
 	PklimitTable table = {0};
 	PklimitUser worker;
@@ -315,7 +298,7 @@ apply_units(PklimitEntry **entries, int n, const Unit *units,
 		}
 		if (*citus)
 			pklimit_timer_start(PKLIMIT_NODE_WAIT_MS);
-		applied = pklimit_apply_unit(entries, n, u, &table);
+		applied = pklimit_apply_unit(entries, n, u, &table, running);
 		if (*citus)
 			pklimit_timer_stop();
 	}
@@ -367,6 +350,7 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 {
 	volatile Outcome outcome = APPLY_COMMITTED;
 	volatile bool citus = false;
+	const PklimitRequest *volatile running = &entries[0]->request;
 	Unit		units[PKLIMIT_BATCH_MAX];
 	int			order[PKLIMIT_BATCH_MAX];
 	int			nunits = fold(entries, n, units);
@@ -378,9 +362,9 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 		pklimit_begin_transaction("pklimit: applying queued requests");
 		if (probe_table && !pklimit_store_table_free(entries[0]->request.nspid))
 			outcome = APPLY_TABLE_LOCKED;
-		pklimit_unit_current = &entries[0]->request;
 		if (outcome == APPLY_COMMITTED &&
-			!apply_units(entries, n, units, order, nunits, session, &citus))
+			!apply_units(entries, n, units, order, nunits, session, &citus,
+						 &running))
 			outcome = APPLY_UNFOLD;
 		if (outcome != APPLY_COMMITTED)
 			pklimit_rollback_transaction();
@@ -394,8 +378,7 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 
 		pklimit_timer_stop();
 		edata = pklimit_abort_transaction(memory_context);
-		outcome = failed_outcome(entries, n, edata, citus,
-								 pklimit_unit_current);
+		outcome = failed_outcome(entries, n, edata, citus, running);
 	}
 	PG_END_TRY();
 

@@ -11,7 +11,8 @@
  *	api.c		the other SQL-callable functions, the argument checks all
  *				share, handing requests to the queue, and what a call answers
  *				when the store cannot be reached
- *	key.c		the stored key: tenant, encoding, digest of long keys
+ *	key.c		the stored key: tenant, encoding, digest of long keys; the
+ *				global order of keys
  *	queue.c		the request slots in shared memory: a caller queues its
  *				request and waits; the worker takes requests and answers them
  *	registry.c	which worker serves which database: start on demand, attach,
@@ -338,8 +339,10 @@ extern PklimitWindowCheck pklimit_window_usec(const Interval *window,
 											  int64 *usec);
 extern void pklimit_window_guc_error(PklimitWindowCheck problem);
 
-/* key.c */
+/* key.c: the stored key, and the order of keys */
 extern char *pklimit_stored_key(text *key);
+extern bool pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b);
+extern int	pklimit_key_order(const PklimitRequest *a, const PklimitRequest *b);
 
 /* queue.c: the request slots */
 extern Size pklimit_queue_shmem_size(void);
@@ -392,8 +395,6 @@ extern void pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 						  PklimitSession *session,
 						  MemoryContext memory_context);
 extern void pklimit_entry_answer(PklimitEntry *entry, PklimitStatus status);
-extern bool pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b);
-extern int	pklimit_key_order(const PklimitRequest *a, const PklimitRequest *b);
 extern bool pklimit_worth_retrying(TimestampTz deadline, TimestampTz now);
 
 /* xact.c: the worker's transactions */
@@ -448,9 +449,9 @@ extern bool pklimit_store_oldest_end(Oid nspid, TimestampTz *oldest,
 extern bool pklimit_in_system;
 
 /* unit.c: one unit of the worker's transaction */
-extern const PklimitRequest *pklimit_unit_current;
 extern bool pklimit_apply_unit(PklimitEntry **entries, int n, int u,
-							   const PklimitTable *table);
+							   const PklimitTable *table,
+							   const PklimitRequest *volatile *running);
 
 /* limit.c: the rules of a limit */
 extern TimestampTz pklimit_window_start(TimestampTz now, int64 window_usec);

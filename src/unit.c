@@ -17,12 +17,6 @@
 
 #include "pklimit.h"
 
-/*
- * The request whose statement runs: a lock timeout raised by it is put down
- * to that request's key (apply.c).
- */
-const PklimitRequest *pklimit_unit_current = NULL;
-
 /* The entries of unit u, in the order they arrived. */
 static int
 members_of(PklimitEntry **entries, int n, int u, PklimitEntry **members)
@@ -68,7 +62,6 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 				members[j]->unfold = true;
 			return false;
 		}
-	pklimit_unit_current = head;
 	pklimit_store_hit(table, head->key, head->call.window_usec, events, now,
 					  &row);
 	if (m > 1 && row.count == PG_INT64_MAX)
@@ -122,7 +115,8 @@ compare_keys(const void *a, const void *b)
  * if record_refused.
  */
 static void
-apply_limits(PklimitEntry **members, int m, const PklimitTable *table)
+apply_limits(PklimitEntry **members, int m, const PklimitTable *table,
+			 const PklimitRequest *volatile *running)
 {
 	PklimitRow	before[PKLIMIT_GROUP_MAX];
 	PklimitRow	after;
@@ -137,7 +131,7 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table)
 	qsort(members, m, sizeof(PklimitEntry *), compare_keys);
 	for (int k = 0; k < m; k++)
 	{
-		pklimit_unit_current = &members[k]->request;
+		*running = &members[k]->request;
 		(void) pklimit_store_read(table, members[k]->request.key, true,
 								  &before[k]);
 	}
@@ -160,7 +154,7 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table)
 							   &after);
 		if (rows_differ(&before[k], &after))
 		{
-			pklimit_unit_current = &members[k]->request;
+			*running = &members[k]->request;
 			pklimit_store_write(table, members[k]->request.key, &after,
 								before[k].exists);
 		}
@@ -214,11 +208,14 @@ apply_count(PklimitEntry *e, const PklimitTable *table)
 
 /*
  * Apply unit u of the n entries, whose head's request says what it is, and
- * answer its entries.  Returns false if its hits must be applied unfolded.
+ * answer its entries.  Before each statement, *running is set to the request
+ * it runs for: a lock timeout it raises is put down to that request's key
+ * (apply.c).  Returns false if its hits must be applied unfolded.
  */
 bool
 pklimit_apply_unit(PklimitEntry **entries, int n, int u,
-				   const PklimitTable *table)
+				   const PklimitTable *table,
+				   const PklimitRequest *volatile *running)
 {
 	PklimitEntry *members[PKLIMIT_BATCH_MAX];
 	int			m;
@@ -227,13 +224,13 @@ pklimit_apply_unit(PklimitEntry **entries, int n, int u,
 	members[0] = NULL;
 	if ((m = members_of(entries, n, u, members)) == 0)
 		elog(ERROR, "pklimit: unit %d has no entry", u);
-	pklimit_unit_current = &members[0]->request;
+	*running = &members[0]->request;
 	switch (members[0]->request.kind)
 	{
 		case PKLIMIT_OP_HIT:
 			return apply_hits(members, m, table);
 		case PKLIMIT_OP_LIMIT:
-			apply_limits(members, m, table);
+			apply_limits(members, m, table, running);
 			break;
 		case PKLIMIT_OP_PEEK:
 			for (int k = 0; k < m; k++)
