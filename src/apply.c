@@ -83,6 +83,34 @@ pklimit_worth_retrying(TimestampTz deadline, TimestampTz now)
 }
 
 /*
+ * Set an entry aside while its caller's budget allows a try later; answered
+ * lock_timeout otherwise.  The requests of a group share their deadline,
+ * and now is one reading of the clock for all of them, so a group is never
+ * split.
+ */
+void
+pklimit_set_aside(PklimitEntry *entry, TimestampTz now)
+{
+	pklimit_entry_answer(entry, PKLIMIT_LOCK_TIMEOUT);
+	if (pklimit_worth_retrying(entry->request.deadline, now))
+		entry->state = ENTRY_SET_ASIDE;
+}
+
+/*
+ * Must request r wait with a request set aside (or about to be): is it of
+ * the same group, or a write on its key where that one writes too?  So no
+ * write jumps over one set aside, and a group is set aside whole.
+ */
+bool
+pklimit_waits_with(const PklimitRequest *r, const PklimitRequest *set_aside)
+{
+	return (r->group != 0 && r->group == set_aside->group) ||
+		(pklimit_op_rules(r->kind).writes &&
+		 pklimit_op_rules(set_aside->kind).writes &&
+		 pklimit_same_key(r, set_aside));
+}
+
+/*
  * Group the n entries into units applied together (unit.c): consecutive
  * entries of a folding kind on one key fold, as long as no other entry on
  * that key comes between them and none is marked unfold (their window
@@ -197,8 +225,7 @@ order_units(PklimitEntry **entries, int n, Unit *units, int nunits,
 /*
  * After a lock timeout met by request met: mark the entries that would meet
  * the same locked row (every write on that key, and its reads too if a read
- * is what met it), and with each marked entry the rest of its group and the
- * writes on their keys, so no write jumps over one set aside.
+ * is what met it), and with each marked entry those that wait with it.
  */
 static void
 mark_locked(PklimitEntry **entries, int n, const PklimitRequest *met)
@@ -222,12 +249,8 @@ mark_locked(PklimitEntry **entries, int n, const PklimitRequest *met)
 
 			for (int k = 0; k < n && !entries[j]->locked; k++)
 			{
-				const PklimitRequest *o = &entries[k]->request;
-
 				if (entries[k]->locked &&
-					((r->group != 0 && r->group == o->group) ||
-					 (pklimit_op_rules(r->kind).writes &&
-					  pklimit_op_rules(o->kind).writes && pklimit_same_key(r, o))))
+					pklimit_waits_with(r, &entries[k]->request))
 					changed = entries[j]->locked = true;
 			}
 		}
@@ -409,11 +432,7 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
 		PklimitEntry *e = entries[j];
 
 		if (e->locked)
-		{
-			pklimit_entry_answer(e, PKLIMIT_LOCK_TIMEOUT);
-			if (pklimit_worth_retrying(e->request.deadline, now))
-				e->state = ENTRY_SET_ASIDE;
-		}
+			pklimit_set_aside(e, now);
 		else if (e->request.deadline <= now)
 			pklimit_entry_answer(e, PKLIMIT_TIMEOUT);
 		else
@@ -434,6 +453,8 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
  * locked rows cost one long wait.  memory_context is the batch's, where
  * errors are kept.
  */
+#define LIVE_GROUP(j) (entries[(j)]->request.group)
+
 void
 pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 			  PklimitSession *session, MemoryContext memory_context)
@@ -478,8 +499,8 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 			 */
 			for (int j = 0, k; j < nlive && nlive > 1; j += k)
 			{
-				for (k = 1; j + k < nlive && entries[j]->request.group != 0 &&
-					 entries[j + k]->request.group == entries[j]->request.group;)
+				k = 0;
+				pklimit_foreach_in_group(m, j, nlive, LIVE_GROUP)
 					k++;
 				(void) apply_in_transaction(&entries[j], k, false, session,
 											memory_context);

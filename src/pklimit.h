@@ -179,6 +179,18 @@ typedef struct PklimitRequest
 } PklimitRequest;
 
 /*
+ * The requests of a group are queued, taken, applied and kept next to each
+ * other, in arrival order.  Walks int i over the run of one group's
+ * requests that starts at index first, of n; group_of(i) is the group of
+ * request i (0: in none, a run of one).
+ */
+#define pklimit_foreach_in_group(i, first, n, group_of) \
+	for (int i = (first); \
+		 i < (n) && (i == (first) || \
+					 (group_of(first) != 0 && group_of(i) == group_of(first))); \
+		 i++)
+
+/*
  * The longest message of a worker's error that reaches its caller, in bytes
  * of the database encoding; a longer one is cut at a character boundary and
  * ends in PKLIMIT_MESSAGE_CUT.  The worker logs it whole.
@@ -395,6 +407,9 @@ extern void pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 						  PklimitSession *session,
 						  MemoryContext memory_context);
 extern void pklimit_entry_answer(PklimitEntry *entry, PklimitStatus status);
+extern void pklimit_set_aside(PklimitEntry *entry, TimestampTz now);
+extern bool pklimit_waits_with(const PklimitRequest *r,
+							   const PklimitRequest *set_aside);
 extern bool pklimit_worth_retrying(TimestampTz deadline, TimestampTz now);
 
 /* xact.c: the worker's transactions */

@@ -555,6 +555,8 @@ pklimit_submit(const PklimitRequest *requests, PklimitAnswer *answers, int n)
  * worker at registry index worker, in arrival order, into entries[] (request
  * and slot).  Returns how many.
  */
+#define TAKEN_GROUP(j) (queue->slots[taken[(j)]].request.group)
+
 int
 pklimit_queue_take(Oid dboid, int worker, PklimitEntry *entries, int max)
 {
@@ -581,15 +583,20 @@ pklimit_queue_take(Oid dboid, int worker, PklimitEntry *entries, int max)
 		taken[j] = i;
 	}
 	/* a group is taken whole: the youngest, cut by max, waits */
-	if (n == max && queue->slots[taken[n - 1]].request.group != 0)
+	if (n == max)
 	{
-		uint64		group = queue->slots[taken[n - 1]].request.group;
+		int			last = 0;
 		int			members = 0;
 
-		for (int j = n - 1; j >= 0 && queue->slots[taken[j]].request.group == group; j--)
-			members++;
-		if (members < queue->slots[taken[n - 1]].request.group_size)
-			n -= members;
+		for (int first = 0; first < n; first += members)
+		{
+			last = first;
+			members = 0;
+			pklimit_foreach_in_group(j, first, n, TAKEN_GROUP)
+				members++;
+		}
+		if (members < queue->slots[taken[last]].request.group_size)
+			n = last;
 	}
 	for (int j = 0; j < n; j++)
 	{

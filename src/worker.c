@@ -66,6 +66,9 @@ typedef struct Batch
 	MemoryContext context;		/* reset after every round */
 } Batch;
 
+/* The group of entry i of a batch b (pklimit_foreach_in_group). */
+#define BATCH_GROUP(i) (b->entries[(i)].request.group)
+
 /* Is this the static worker of a database in pklimit.databases? */
 static bool static_worker = false;
 
@@ -146,19 +149,6 @@ gather(Batch *b, Oid dboid, int worker)
 	return nnew;
 }
 
-/*
- * Set an entry aside while its caller's budget allows a try later.  The
- * requests of a group share their deadline, and now is one reading of the
- * clock for all of them, so a group is never split.
- */
-static void
-set_aside(PklimitEntry *e, TimestampTz now)
-{
-	pklimit_entry_answer(e, PKLIMIT_LOCK_TIMEOUT);
-	if (pklimit_worth_retrying(e->request.deadline, now))
-		e->state = ENTRY_SET_ASIDE;
-}
-
 /* Must new entry e wait with the set-aside entries? */
 static bool
 joins_set_aside(const Batch *b, const PklimitEntry *e)
@@ -169,11 +159,7 @@ joins_set_aside(const Batch *b, const PklimitEntry *e)
 
 		if (o == e || (d >= b->nold && o->state != ENTRY_SET_ASIDE))
 			continue;
-		/* a write on a set-aside key, or a request of a set-aside group */
-		if ((e->request.group != 0 && e->request.group == o->request.group) ||
-			(pklimit_op_rules(e->request.kind).writes &&
-			 pklimit_op_rules(o->request.kind).writes &&
-			 pklimit_same_key(&e->request, &o->request)))
+		if (pklimit_waits_with(&e->request, &o->request))
 			return true;
 	}
 	return false;
@@ -198,7 +184,7 @@ join_set_aside(Batch *b)
 
 			if (e->state == ENTRY_NEW && joins_set_aside(b, e))
 			{
-				set_aside(e, now);
+				pklimit_set_aside(e, now);
 				changed = true;
 			}
 		}
@@ -257,20 +243,25 @@ retry(Batch *b)
 			if (pklimit_queue_abandoned(b->entries[d].slot))
 				b->entries[d].request.deadline = 0;
 	/* a group whose caller gave up on one request gave up on all of them */
-	for (int d = 0; d < b->nold; d++)
-		for (int o = 0; o < b->nold; o++)
-			if (b->entries[d].request.group != 0 &&
-				b->entries[o].request.group == b->entries[d].request.group)
-				b->entries[d].request.deadline =
-					Min(b->entries[d].request.deadline,
-						b->entries[o].request.deadline);
+	for (int first = 0, next; first < b->nold; first = next)
+	{
+		TimestampTz deadline = b->entries[first].request.deadline;
+
+		next = first + 1;
+		pklimit_foreach_in_group(d, first, b->nold, BATCH_GROUP)
+		{
+			deadline = Min(deadline, b->entries[d].request.deadline);
+			next = d + 1;
+		}
+		for (int d = first; d < next; d++)
+			b->entries[d].request.deadline = deadline;
+	}
 	for (int d = 0; d < b->nold; d++)
 	{
 		PklimitEntry *e = &b->entries[d];
 
-		if (!pklimit_worth_retrying(e->request.deadline, now))
-			pklimit_entry_answer(e, PKLIMIT_LOCK_TIMEOUT);
-		else if (b->retry_due)
+		pklimit_set_aside(e, now);
+		if (e->state == ENTRY_SET_ASIDE && b->retry_due)
 			e->state = ENTRY_RETRY;
 	}
 	apply(b, 0, ENTRY_RETRY, PKLIMIT_RETRY_LOCK_MS);
@@ -288,19 +279,20 @@ keep(Batch *b)
 {
 	int			kept = 0;
 
-	for (int i = 0; i < b->n; i++)
+	for (int i = 0, size; i < b->n; i += size)
 	{
 		PklimitEntry *e = &b->entries[i];
-		int			size = Max(1, e->request.group_size);
 
+		size = 0;
+		pklimit_foreach_in_group(k, i, b->n, BATCH_GROUP)
+			size++;
 		/* a group is kept, or answered, whole: its requests are together */
 		if (e->state == ENTRY_SET_ASIDE &&
 			kept + size > b->capacity / 2)
-			for (int k = i; k < i + size && k < b->n; k++)
+			pklimit_foreach_in_group(k, i, b->n, BATCH_GROUP)
 				pklimit_entry_answer(&b->entries[k], PKLIMIT_LOCK_TIMEOUT);
 		if (e->state == ENTRY_SET_ASIDE)
 			kept += size;
-		i += size - 1;
 	}
 	answer(b, 0);
 	if (b->n > 0)
