@@ -28,7 +28,10 @@
  *	purge.c		the purge, from the SQL call to the worker's steps and status
  *	stats.c		the counters behind pklimit_stats, and its SQL functions
  *	cron.c		what pklimit needs of pg_cron: can a job run, and unschedule
- *	hooks.c		the ProcessUtility guards and the object access hook
+ *	hooks.c		the ProcessUtility and object access hooks: a database's
+ *				and the extension's life (worker, pg_cron job, statistics)
+ *	guards.c	the guards the hooks run: grants on the table, locks on it,
+ *				pklimit's names in its schema
  *	pklimit.c	module load: settings, hooks, shared memory, wait events
  *
  * Locking: every piece of pklimit's shared memory (queue slots, worker
@@ -49,6 +52,7 @@
 
 #include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "nodes/nodes.h"
 #include "storage/lwlock.h"
 
 /* Longest stored key kept readable; longer ones are stored as a digest. */
@@ -501,6 +505,12 @@ extern void pklimit_stats_forget_database(Oid dboid);
 
 /* hooks.c */
 extern void pklimit_install_hooks(void);
+
+/* guards.c: the guards of pklimit's table and names, run by hooks.c */
+extern bool pklimit_grants_on_tables(Node *parsetree);
+extern void pklimit_guard_grant(void);
+extern void pklimit_guard_table(Node *parsetree);
+extern void pklimit_guard_name(Oid classId, Oid objectId);
 
 /* cron.c: what pklimit needs of pg_cron */
 extern void pklimit_cron_unschedule(void);
