@@ -308,6 +308,52 @@ keep(Batch *b)
 }
 
 /*
+ * An idle worker leaves the registry, unless a request for its database
+ * arrived meanwhile.  Returns true if the worker should now exit.
+ */
+static bool
+retire(void)
+{
+	bool		retire;
+
+	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
+	retire = !pklimit_queue_has_work(MyDatabaseId);
+	if (retire)
+		pklimit_registry_retire();
+	LWLockRelease(pklimit_lock);
+	return retire;
+}
+
+/*
+ * Worker exit: answer what it had taken (no_worker), fail its running
+ * purge, and leave the registry; a worker that retired holds no slot, and
+ * its entry may be reused.  arg is its registry index.
+ */
+static void
+detach(int code, Datum arg)
+{
+	LWLockReleaseAll();
+	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
+	if (pklimit_registry_detach(code != 0))
+	{
+		pklimit_queue_release_worker(DatumGetInt32(arg));
+		pklimit_purge_fail_running();
+	}
+	LWLockRelease(pklimit_lock);
+}
+
+/* Claim the worker's registry entry (registry.c), and detach on exit. */
+static Oid
+attach(int worker, Oid static_dboid)
+{
+	Oid			dboid = pklimit_registry_attach(worker, static_dboid);
+
+	if (OidIsValid(dboid))
+		before_shmem_exit(detach, Int32GetDatum(worker));
+	return dboid;
+}
+
+/*
  * Sleep until a request comes, a set-aside request or a purge step is due,
  * or the worker has been idle for pklimit.worker_idle_timeout, in which
  * case it leaves unless a request came meanwhile.
@@ -329,7 +375,7 @@ wait_for_work(const Batch *b, TimestampTz last_work)
 		wait_ms = -1;			/* never exit for idleness */
 	else if (wait_ms <= 0)
 	{
-		if (pklimit_registry_retire())
+		if (retire())
 			proc_exit(0);
 		wait_ms = 1000;
 	}
@@ -390,11 +436,11 @@ pklimit_worker_main(Datum main_arg)
 		static_worker = true;
 		BackgroundWorkerInitializeConnection(MyBgworkerEntry->bgw_extra,
 											 NULL, 0);
-		dboid = pklimit_registry_attach(worker, MyDatabaseId);
+		dboid = attach(worker, MyDatabaseId);
 	}
 	else
 	{
-		dboid = pklimit_registry_attach(worker, InvalidOid);
+		dboid = attach(worker, InvalidOid);
 		if (!OidIsValid(dboid))
 			proc_exit(0);
 		BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
