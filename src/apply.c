@@ -62,7 +62,7 @@ typedef enum Outcome
 
 /* Answer an entry without applying it. */
 void
-pklimit_entry_answer(PklimitEntry *entry, PklimitStatus status)
+pklimit_answer_unapplied(PklimitEntry *entry, PklimitStatus status)
 {
 	memset(&entry->answer, 0, sizeof(entry->answer));
 	entry->answer.status = status;
@@ -91,7 +91,7 @@ pklimit_worth_retrying(TimestampTz deadline, TimestampTz now)
 void
 pklimit_set_aside(PklimitEntry *entry, TimestampTz now)
 {
-	pklimit_entry_answer(entry, PKLIMIT_LOCK_TIMEOUT);
+	pklimit_answer_unapplied(entry, PKLIMIT_LOCK_TIMEOUT);
 	if (pklimit_worth_retrying(entry->request.deadline, now))
 		entry->state = ENTRY_SET_ASIDE;
 }
@@ -228,7 +228,7 @@ order_units(PklimitEntry **entries, int n, Unit *units, int nunits,
  * is what met it), and with each marked entry those that wait with it.
  */
 static void
-mark_locked(PklimitEntry **entries, int n, const PklimitRequest *met)
+mark_met_lock(PklimitEntry **entries, int n, const PklimitRequest *met)
 {
 	bool		met_by_read = !pklimit_op_rules(met->kind).writes;
 	bool		changed = true;
@@ -237,7 +237,7 @@ mark_locked(PklimitEntry **entries, int n, const PklimitRequest *met)
 	{
 		const PklimitRequest *r = &entries[j]->request;
 
-		entries[j]->locked = pklimit_same_key(r, met) &&
+		entries[j]->met_lock = pklimit_same_key(r, met) &&
 			(pklimit_op_rules(r->kind).writes || met_by_read);
 	}
 	while (changed)
@@ -247,11 +247,11 @@ mark_locked(PklimitEntry **entries, int n, const PklimitRequest *met)
 		{
 			const PklimitRequest *r = &entries[j]->request;
 
-			for (int k = 0; k < n && !entries[j]->locked; k++)
+			for (int k = 0; k < n && !entries[j]->met_lock; k++)
 			{
-				if (entries[k]->locked &&
+				if (entries[k]->met_lock &&
 					pklimit_waits_with(r, &entries[k]->request))
-					changed = entries[j]->locked = true;
+					changed = entries[j]->met_lock = true;
 			}
 		}
 	}
@@ -343,7 +343,7 @@ failed_outcome(PklimitEntry **entries, int n, const ErrorData *edata,
 	if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
 		(pklimit_timer_ran_out() && edata->sqlerrcode == ERRCODE_QUERY_CANCELED))
 	{
-		mark_locked(entries, n, met);
+		mark_met_lock(entries, n, met);
 		return APPLY_LOCKED;
 	}
 	if (edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
@@ -363,7 +363,7 @@ failed_outcome(PklimitEntry **entries, int n, const ErrorData *edata,
 /*
  * Apply the n entries in one transaction and answer each.  Otherwise every
  * answer says why, and on APPLY_LOCKED the entries that met the locked row
- * are marked locked.  If probe_table, a table locked by another transaction
+ * are marked (met_lock).  If probe_table, a table locked by another transaction
  * is found first, without waiting (APPLY_TABLE_LOCKED).  The statements run
  * as the table's owner, so its privileges and row level security apply.
  */
@@ -431,10 +431,10 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
 	{
 		PklimitEntry *e = entries[j];
 
-		if (e->locked)
+		if (e->met_lock)
 			pklimit_set_aside(e, now);
 		else if (e->request.deadline <= now)
-			pklimit_entry_answer(e, PKLIMIT_TIMEOUT);
+			pklimit_answer_unapplied(e, PKLIMIT_TIMEOUT);
 		else
 		{
 			entries[kept++] = e;
@@ -467,9 +467,9 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 	for (int j = 0; j < n; j++)
 	{
 		entries[j]->unfold = false;
-		entries[j]->locked = false;
+		entries[j]->met_lock = false;
 		if (entries[j]->request.deadline <= now)
-			pklimit_entry_answer(entries[j], PKLIMIT_TIMEOUT);
+			pklimit_answer_unapplied(entries[j], PKLIMIT_TIMEOUT);
 		else
 			entries[nlive++] = entries[j];
 	}
@@ -510,7 +510,7 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 		/* a table locked as a whole holds up its writes, not its reads */
 		if (outcome == APPLY_TABLE_LOCKED)
 			for (int j = 0; j < nlive; j++)
-				entries[j]->locked = pklimit_op_rules(entries[j]->request.kind).writes;
+				entries[j]->met_lock = pklimit_op_rules(entries[j]->request.kind).writes;
 
 		nlive = sort_out(entries, nlive, outcome, &probe_table);
 		pklimit_set_lock_wait(session, PKLIMIT_RETRY_LOCK_MS);

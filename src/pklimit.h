@@ -160,7 +160,7 @@ typedef enum PklimitStatus
 	PKLIMIT_READ_ONLY,			/* hot standby: writes go to the primary */
 	PKLIMIT_LOCK_TIMEOUT,		/* the budget ran out waiting for a row lock */
 	PKLIMIT_NO_TABLE,			/* platformkit_limits is missing */
-	PKLIMIT_STORE_ERROR			/* any other error while applying */
+	PKLIMIT_APPLY_ERROR			/* any other error while applying */
 } PklimitStatus;
 
 /*
@@ -208,8 +208,8 @@ typedef struct PklimitAnswer
 	PklimitStatus status;
 	bool		unreplicated;	/* committed locally, not confirmed by the
 								 * synchronous standbys */
-	int			sqlstate;		/* for a store error */
-	char		message[PKLIMIT_MESSAGE_MAX + 1];	/* for a store error */
+	int			sqlstate;		/* for an error while applying */
+	char		message[PKLIMIT_MESSAGE_MAX + 1];	/* for the same error */
 	PklimitResult result;
 } PklimitAnswer;
 
@@ -243,7 +243,7 @@ typedef struct PklimitEntry
 	/* apply.c's, within one list of entries */
 	int			unit;			/* the statement that applies it */
 	bool		unfold;			/* apply one statement per event */
-	bool		locked;			/* met a row locked by another transaction */
+	bool		met_lock;		/* met a row locked by another transaction */
 } PklimitEntry;
 
 /* Which caller found the store unavailable, for pklimit_unavailable(). */
@@ -368,7 +368,7 @@ extern void pklimit_submit(const PklimitRequest *requests,
 extern int	pklimit_queue_take(Oid dboid, int worker, PklimitEntry *entries,
 							   int max);
 extern void pklimit_queue_answer(PklimitEntry *const *entries, int n);
-extern void pklimit_queue_note_locked(PklimitEntry *const *entries, int n);
+extern void pklimit_queue_note_set_aside(PklimitEntry *const *entries, int n);
 extern bool pklimit_queue_abandoned(int slot);
 extern bool pklimit_queue_has_work(Oid dboid);
 extern void pklimit_queue_release_worker(int worker);
@@ -411,7 +411,7 @@ extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
 extern void pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 						  PklimitSession *session,
 						  MemoryContext memory_context);
-extern void pklimit_entry_answer(PklimitEntry *entry, PklimitStatus status);
+extern void pklimit_answer_unapplied(PklimitEntry *entry, PklimitStatus status);
 extern void pklimit_set_aside(PklimitEntry *entry, TimestampTz now);
 extern bool pklimit_waits_with(const PklimitRequest *r,
 							   const PklimitRequest *set_aside);

@@ -31,7 +31,7 @@ members_of(PklimitEntry **entries, int n, int u, PklimitEntry **members)
 
 /* An entry's answer: applied, with the result of its call. */
 static void
-answer(PklimitEntry *e, const PklimitResult *result)
+answer_applied(PklimitEntry *e, const PklimitResult *result)
 {
 	memset(&e->answer, 0, sizeof(e->answer));
 	e->answer.status = PKLIMIT_OK;
@@ -86,7 +86,7 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 		result.window_end = row.window_end;
 		result.event_at = now;
 		result.refused_until = blocked ? row.blocked_until : row.window_end;
-		answer(members[k], &result);
+		answer_applied(members[k], &result);
 	}
 	return true;
 }
@@ -164,7 +164,7 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table,
 		result.window_end = decision[k].window_end;
 		result.event_at = now;
 		result.refused_until = pklimit_refused_until(&after, &decision[k], now);
-		answer(members[k], &result);
+		answer_applied(members[k], &result);
 	}
 }
 
@@ -186,7 +186,7 @@ apply_peek(PklimitEntry *e, const PklimitTable *table)
 	result.window_end = decision.window_end;
 	result.event_at = now;
 	result.refused_until = pklimit_refused_until(&row, &decision, now);
-	answer(e, &result);
+	answer_applied(e, &result);
 }
 
 /* A count: the events of the key's open window, as last committed. */
@@ -203,7 +203,7 @@ apply_count(PklimitEntry *e, const PklimitTable *table)
 		result.count = row.count;
 		result.window_end = row.window_end;
 	}
-	answer(e, &result);
+	answer_applied(e, &result);
 }
 
 /*
@@ -241,7 +241,7 @@ pklimit_apply_unit(PklimitEntry **entries, int n, int u,
 			break;
 		case PKLIMIT_OP_FORGET:
 			result.found = pklimit_store_forget(table, members[0]->request.key);
-			answer(members[0], &result);
+			answer_applied(members[0], &result);
 			break;
 		case PKLIMIT_OP_PURGE:
 			elog(ERROR, "pklimit: a purge is not a unit of a batch");

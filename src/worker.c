@@ -210,7 +210,7 @@ apply(Batch *b, int first, PklimitEntryState state, int lock_wait_ms)
  * and take those entries out, keeping the order of the rest.
  */
 static void
-answer(Batch *b, int first)
+send_answers(Batch *b, int first)
 {
 	PklimitEntry *list[PKLIMIT_BATCH_MAX];
 	int			n = 0;
@@ -290,18 +290,18 @@ keep(Batch *b)
 		if (e->state == ENTRY_SET_ASIDE &&
 			kept + size > b->capacity / 2)
 			pklimit_foreach_in_group(k, i, b->n, BATCH_GROUP)
-				pklimit_entry_answer(&b->entries[k], PKLIMIT_LOCK_TIMEOUT);
+				pklimit_answer_unapplied(&b->entries[k], PKLIMIT_LOCK_TIMEOUT);
 		if (e->state == ENTRY_SET_ASIDE)
 			kept += size;
 	}
-	answer(b, 0);
+	send_answers(b, 0);
 	if (b->n > 0)
 	{
 		PklimitEntry *list[PKLIMIT_BATCH_MAX];
 
 		for (int i = 0; i < b->n; i++)
 			list[i] = &b->entries[i];
-		pklimit_queue_note_locked(list, b->n);
+		pklimit_queue_note_set_aside(list, b->n);
 		if (b->nold == 0)
 			b->tried = GetCurrentTimestamp();	/* newly set aside */
 	}
@@ -465,7 +465,7 @@ pklimit_worker_main(Datum main_arg)
 			MemoryContextSwitchTo(batch->context);
 			join_set_aside(batch);
 			apply(batch, batch->nold, ENTRY_NEW, PKLIMIT_BATCH_LOCK_MS);
-			answer(batch, batch->nold);
+			send_answers(batch, batch->nold);
 			retry(batch);
 			keep(batch);
 			MemoryContextSwitchTo(TopMemoryContext);

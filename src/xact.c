@@ -271,7 +271,7 @@ pklimit_answer_error(PklimitAnswer *answer, const ErrorData *edata)
 			answer->status = PKLIMIT_READ_ONLY;
 			break;
 		default:
-			answer->status = PKLIMIT_STORE_ERROR;
+			answer->status = PKLIMIT_APPLY_ERROR;
 			break;
 	}
 	answer->sqlstate = edata->sqlerrcode;
