@@ -445,6 +445,9 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
 	return kept;
 }
 
+/* The group of entry j of pklimit_apply's entries (pklimit_foreach_in_group). */
+#define LIVE_GROUP(j) (entries[(j)]->request.group)
+
 /*
  * Apply the n entries (all of them being tried now) and leave each answered
  * or set aside.  Entries whose caller's budget has already run out are
@@ -453,8 +456,6 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
  * locked rows cost one long wait.  memory_context is the batch's, where
  * errors are kept.
  */
-#define LIVE_GROUP(j) (entries[(j)]->request.group)
-
 void
 pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 			  PklimitSession *session, MemoryContext memory_context)

@@ -550,13 +550,14 @@ pklimit_submit(const PklimitRequest *requests, PklimitAnswer *answers, int n)
  * Worker side.
  */
 
+/* The group of the j-th request taken (pklimit_foreach_in_group). */
+#define TAKEN_GROUP(j) (queue->slots[taken[(j)]].request.group)
+
 /*
  * Take the (up to) max oldest queued requests of database dboid for the
  * worker at registry index worker, in arrival order, into entries[] (request
  * and slot).  Returns how many.
  */
-#define TAKEN_GROUP(j) (queue->slots[taken[(j)]].request.group)
-
 int
 pklimit_queue_take(Oid dboid, int worker, PklimitEntry *entries, int max)
 {

@@ -314,14 +314,14 @@ keep(Batch *b)
 static bool
 retire(void)
 {
-	bool		retire;
+	bool		idle;
 
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	retire = !pklimit_queue_has_work(MyDatabaseId);
-	if (retire)
+	idle = !pklimit_queue_has_work(MyDatabaseId);
+	if (idle)
 		pklimit_registry_retire();
 	LWLockRelease(pklimit_lock);
-	return retire;
+	return idle;
 }
 
 /*
