@@ -290,8 +290,8 @@ count_recorded(PklimitEntry **entries, int n)
  * wait ends after PKLIMIT_NODE_WAIT_MS, as a lock wait does: the unit's
  * entries are set aside and the rest of the batch goes on.  *citus says
  * whether a table was Citus's, *running which request's statement runs
- * (unit.c).  Returns false if a unit's hits must be
- * applied unfolded (the rest is not applied).
+ * (unit.c).  Returns false if a unit's hits must be applied unfolded (the
+ * rest is not applied).
  */
 static bool
 apply_units(PklimitEntry **entries, int n, const Unit *units,
@@ -363,9 +363,10 @@ failed_outcome(PklimitEntry **entries, int n, const ErrorData *edata,
 /*
  * Apply the n entries in one transaction and answer each.  Otherwise every
  * answer says why, and on APPLY_LOCKED the entries that met the locked row
- * are marked (met_lock).  If probe_table, a table locked by another transaction
- * is found first, without waiting (APPLY_TABLE_LOCKED).  The statements run
- * as the table's owner, so its privileges and row level security apply.
+ * are marked (met_lock).  If probe_table, a table locked by another
+ * transaction is found first, without waiting (APPLY_TABLE_LOCKED).  The
+ * statements run as the table's owner, so its privileges and row level
+ * security apply.
  */
 static Outcome
 apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
