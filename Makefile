@@ -2,8 +2,8 @@
 
 MODULE_big = pklimit
 OBJS = src/pklimit.o src/api.o src/key.o src/queue.o src/registry.o src/worker.o \
-	src/check.o src/apply.o src/unit.o src/limit.o src/store.o src/purge.o src/stats.o src/hooks.o \
-	src/cron.o
+	src/check.o src/apply.o src/xact.o src/unit.o src/limit.o src/store.o src/purge.o src/stats.o src/hooks.o \
+	src/guards.o src/cron.o
 
 EXTENSION = pklimit
 # The scripts of releases 0.1.0 and 0.2.0 are written from one source,

@@ -146,7 +146,7 @@ pklimit_status_name(PklimitStatus status)
 			return "lock_timeout";
 		case PKLIMIT_NO_TABLE:
 			return "no_table";
-		case PKLIMIT_STORE_ERROR:
+		case PKLIMIT_APPLY_ERROR:
 			return "error";
 	}
 	return "error";
@@ -184,7 +184,7 @@ unavailable_reason(const PklimitAnswer *answer, PklimitCaller caller,
 			*detail = pstrdup("The table platformkit_limits does not exist.");
 			return ERRCODE_UNDEFINED_TABLE;
 		case PKLIMIT_OK:
-		case PKLIMIT_STORE_ERROR:
+		case PKLIMIT_APPLY_ERROR:
 			break;
 	}
 	*detail = psprintf("The pklimit worker failed: %s.", answer->message);
@@ -215,7 +215,7 @@ pklimit_unavailable(const PklimitAnswer *answer, PklimitCaller caller)
 	const char *outcome;
 
 	/* a purge reports its own failure as the error it was */
-	if (force_error && answer->status == PKLIMIT_STORE_ERROR)
+	if (force_error && answer->status == PKLIMIT_APPLY_ERROR)
 		ereport(ERROR,
 				(errcode(sqlstate),
 				 errmsg_internal("%s", answer->message),

@@ -2,10 +2,10 @@
  *
  * apply.c
  *		Applies a list of batch entries in the worker's own transactions and
- *		gives each its answer, or sets it aside for a locked row.  Owns the
- *		worker's transactions (begin, commit, abort) and its lock wait; the
- *		statements themselves are store.c's, and which entries to try when is
- *		worker.c's.
+ *		gives each its answer, or sets it aside for a locked row: the batch
+ *		algorithm.  The transactions themselves (begin, commit, abort, the
+ *		lock wait, the owner) are xact.c's, the statements store.c's, and
+ *		which entries to try when is worker.c's.
  *
  * Entries are applied in one transaction, unit by unit (unit.c):
  * consecutive hits on one key fold into one row update, the requests of one
@@ -28,24 +28,9 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
-#include "access/xlog.h"
-#include "executor/spi.h"
-#include "mb/pg_wchar.h"
-#include "miscadmin.h"
-#include "pgstat.h"
-#include "replication/syncrep.h"
-#include "replication/walsender.h"
-#include "replication/walsender_private.h"
-#include "storage/latch.h"
-#include "storage/lwlock.h"
-#include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
-#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
-#include "compat.h"
 #include "pklimit.h"
 
 /* Time kept in hand for an answer to reach a caller before its deadline. */
@@ -75,221 +60,13 @@ typedef enum Outcome
 								 * maximum */
 } Outcome;
 
-/*
- * On Citus a unit's statements wait for another node's answer; a node that
- * does not answer (stopped, or cut off without its connection being closed)
- * would hold up every key of every batch.  Its wait ends after
- * PKLIMIT_NODE_WAIT_MS, as a lock wait does: the unit's entries are set
- * aside and the rest of the batch goes on.
- */
-static TimeoutId node_timeout = MAX_TIMEOUTS;
-static volatile sig_atomic_t node_wait_over = false;
-
-static void
-node_wait_handler(void)
-{
-	node_wait_over = true;
-	InterruptPending = true;
-	QueryCancelPending = true;
-	SetLatch(MyLatch);
-}
-
-/* The worker's lock wait, in ms: lock_timeout in its session. */
-static int	session_lock_wait_ms = -1;
-
-/*
- * For a Citus table, in a transaction: its rows are written by other nodes'
- * backends, which connect as the table's owner with that role's settings,
- * not the worker's.  Citus sends a transaction's SET LOCAL commands on to
- * every node it writes (worker.c sets citus.propagate_set_commands to
- * local): the worker's lock wait and no timeout but that, its commit mode
- * (a batch that wrote on one node commits there without two-phase commit),
- * and read-write.
- */
-void
-pklimit_set_node_settings(void)
-{
-	char		lock_wait[64];
-	const char *settings[] = {
-		lock_wait,
-		"SET LOCAL statement_timeout = 0",
-		"SET LOCAL idle_in_transaction_session_timeout = 0",
-#ifdef PKLIMIT_HAS_TRANSACTION_TIMEOUT
-		"SET LOCAL transaction_timeout = 0",
-#endif
-		pklimit_asynchronous_commit ?
-		"SET LOCAL synchronous_commit = off" :
-		"SET LOCAL synchronous_commit = on",
-		"SET LOCAL transaction_read_only = off",
-	};
-
-	snprintf(lock_wait, sizeof(lock_wait), "SET LOCAL lock_timeout = %d",
-			 session_lock_wait_ms > 0 ? session_lock_wait_ms :
-			 PKLIMIT_BATCH_LOCK_MS);
-	/* one command a string: Citus sends on the text of each */
-	for (int i = 0; i < lengthof(settings); i++)
-		if (SPI_execute(settings[i], false, 0) != SPI_OK_UTILITY)
-			elog(ERROR, "pklimit: could not set the nodes' settings");
-}
-
-/*
- * Start one of the worker's transactions, with SPI and a snapshot.  Its
- * memory context on return is the transaction's.
- */
-void
-pklimit_begin_transaction(const char *activity)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-
-	/*
-	 * A transaction block, as after BEGIN: Citus then makes the transaction
-	 * one distributed transaction, whose writes on every node commit together
-	 * or not at all.
-	 */
-	BeginTransactionBlock();
-	CommitTransactionCommand();
-	StartTransactionCommand();
-	pgstat_report_activity(STATE_RUNNING, activity);
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-}
-
-/*
- * Has the commit that ended at commit_end reached the synchronous standbys?
- * Only not if synchronous replication is configured and the wait for it was
- * cut short (the worker is terminating, or its wait was cancelled): the
- * commit is then local only.
- */
-static bool
-commit_replicated(XLogRecPtr commit_end)
-{
-	bool		replicated;
-
-	if (!SyncRepRequested() || SyncRepStandbyNames == NULL ||
-		SyncRepStandbyNames[0] == '\0')
-		return true;
-	LWLockAcquire(SyncRepLock, LW_SHARED);
-	replicated = (WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH] >= commit_end);
-	LWLockRelease(SyncRepLock);
-	return replicated;
-}
-
-/*
- * Commit one of the worker's transactions.  Returns false if it wrote and
- * its commit is local only, not confirmed by the synchronous standbys
- * (commit_replicated), as PostgreSQL warns a client in the same case.
- */
-bool
-pklimit_commit_transaction(void)
-{
-	XLogRecPtr	before = XactLastCommitEnd;
-
-	SPI_finish();
-	PopActiveSnapshot();
-	if (!EndTransactionBlock(false))
-		elog(ERROR, "pklimit: the worker's transaction block was aborted");
-	CommitTransactionCommand();
-	return XactLastCommitEnd == before || commit_replicated(XactLastCommitEnd);
-}
-
-/* Roll back a transaction that raised no error. */
-static void
-rollback_transaction(void)
-{
-	SPI_finish();
-	PopActiveSnapshot();
-	AbortOutOfAnyTransaction();
-}
-
-/*
- * In PG_CATCH: keep the error, in memory_context, and roll back, out of the
- * transaction block too.  The abort also restores the user id, SPI and the
- * snapshot stack.
- */
-ErrorData *
-pklimit_abort_transaction(MemoryContext memory_context)
-{
-	ErrorData  *edata;
-
-	MemoryContextSwitchTo(memory_context);
-	edata = CopyErrorData();
-	FlushErrorState();
-	AbortOutOfAnyTransaction();
-	return edata;
-}
-
-/* The end of any of the worker's transactions, for the statistics views. */
-void
-pklimit_report_idle(void)
-{
-	pgstat_report_stat(false);
-	pgstat_report_activity(STATE_IDLE, NULL);
-}
-
-/* The caller's view of a failed transaction, from the error's SQLSTATE. */
-void
-pklimit_answer_error(PklimitAnswer *answer, const ErrorData *edata)
-{
-	int			len;
-
-	memset(answer, 0, sizeof(*answer));
-	switch (edata->sqlerrcode)
-	{
-		case ERRCODE_LOCK_NOT_AVAILABLE:
-			answer->status = PKLIMIT_LOCK_TIMEOUT;
-			break;
-		case ERRCODE_UNDEFINED_TABLE:
-			answer->status = PKLIMIT_NO_TABLE;
-			break;
-		case ERRCODE_READ_ONLY_SQL_TRANSACTION:
-			answer->status = PKLIMIT_READ_ONLY;
-			break;
-		default:
-			answer->status = PKLIMIT_STORE_ERROR;
-			break;
-	}
-	answer->sqlstate = edata->sqlerrcode;
-	if (edata->message == NULL)
-		return;
-	len = strlen(edata->message);
-	if (len <= PKLIMIT_MESSAGE_MAX)
-		memcpy(answer->message, edata->message, len + 1);
-	else
-	{
-		len = pg_mbcliplen(edata->message, len,
-						   PKLIMIT_MESSAGE_MAX - strlen(PKLIMIT_MESSAGE_CUT));
-		memcpy(answer->message, edata->message, len);
-		strcpy(answer->message + len, PKLIMIT_MESSAGE_CUT);
-	}
-}
-
 /* Answer an entry without applying it. */
 void
-pklimit_entry_answer(PklimitEntry *entry, PklimitStatus status)
+pklimit_answer_unapplied(PklimitEntry *entry, PklimitStatus status)
 {
 	memset(&entry->answer, 0, sizeof(entry->answer));
 	entry->answer.status = status;
 	entry->state = ENTRY_ANSWERED;
-}
-
-bool
-pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b)
-{
-	return a->nspid == b->nspid && strcmp(a->key, b->key) == 0;
-}
-
-/*
- * The global order of keys, the same in every worker of every node: by
- * schema, then by stored key, byte by byte.
- */
-int
-pklimit_key_order(const PklimitRequest *a, const PklimitRequest *b)
-{
-	if (a->nspid != b->nspid)
-		return a->nspid < b->nspid ? -1 : 1;
-	return strcmp(a->key, b->key);
 }
 
 /*
@@ -305,17 +82,32 @@ pklimit_worth_retrying(TimestampTz deadline, TimestampTz now)
 		2 * PKLIMIT_RETRY_MS + PKLIMIT_BATCH_LOCK_MS + ANSWER_MS;
 }
 
-/* Set how long a statement waits for a lock (lock_timeout), in ms. */
+/*
+ * Set an entry aside while its caller's budget allows a try later; answered
+ * lock_timeout otherwise.  The requests of a group share their deadline,
+ * and now is one reading of the clock for all of them, so a group is never
+ * split.
+ */
 void
-pklimit_set_lock_wait(int ms)
+pklimit_set_aside(PklimitEntry *entry, TimestampTz now)
 {
-	char		value[16];
+	pklimit_answer_unapplied(entry, PKLIMIT_LOCK_TIMEOUT);
+	if (pklimit_worth_retrying(entry->request.deadline, now))
+		entry->state = ENTRY_SET_ASIDE;
+}
 
-	if (ms == session_lock_wait_ms)
-		return;
-	snprintf(value, sizeof(value), "%d", ms);
-	SetConfigOption("lock_timeout", value, PGC_SUSET, PGC_S_OVERRIDE);
-	session_lock_wait_ms = ms;
+/*
+ * Must request r wait with a request set aside (or about to be): is it of
+ * the same group, or a write on its key where that one writes too?  So no
+ * write jumps over one set aside, and a group is set aside whole.
+ */
+bool
+pklimit_waits_with(const PklimitRequest *r, const PklimitRequest *set_aside)
+{
+	return (r->group != 0 && r->group == set_aside->group) ||
+		(pklimit_op_rules(r->kind).writes &&
+		 pklimit_op_rules(set_aside->kind).writes &&
+		 pklimit_same_key(r, set_aside));
 }
 
 /*
@@ -433,11 +225,10 @@ order_units(PklimitEntry **entries, int n, Unit *units, int nunits,
 /*
  * After a lock timeout met by request met: mark the entries that would meet
  * the same locked row (every write on that key, and its reads too if a read
- * is what met it), and with each marked entry the rest of its group and the
- * writes on their keys, so no write jumps over one set aside.
+ * is what met it), and with each marked entry those that wait with it.
  */
 static void
-mark_locked(PklimitEntry **entries, int n, const PklimitRequest *met)
+mark_met_lock(PklimitEntry **entries, int n, const PklimitRequest *met)
 {
 	bool		met_by_read = !pklimit_op_rules(met->kind).writes;
 	bool		changed = true;
@@ -446,7 +237,7 @@ mark_locked(PklimitEntry **entries, int n, const PklimitRequest *met)
 	{
 		const PklimitRequest *r = &entries[j]->request;
 
-		entries[j]->locked = pklimit_same_key(r, met) &&
+		entries[j]->met_lock = pklimit_same_key(r, met) &&
 			(pklimit_op_rules(r->kind).writes || met_by_read);
 	}
 	while (changed)
@@ -456,15 +247,11 @@ mark_locked(PklimitEntry **entries, int n, const PklimitRequest *met)
 		{
 			const PklimitRequest *r = &entries[j]->request;
 
-			for (int k = 0; k < n && !entries[j]->locked; k++)
+			for (int k = 0; k < n && !entries[j]->met_lock; k++)
 			{
-				const PklimitRequest *o = &entries[k]->request;
-
-				if (entries[k]->locked &&
-					((r->group != 0 && r->group == o->group) ||
-					 (pklimit_op_rules(r->kind).writes &&
-					  pklimit_op_rules(o->kind).writes && pklimit_same_key(r, o))))
-					changed = entries[j]->locked = true;
+				if (entries[k]->met_lock &&
+					pklimit_waits_with(r, &entries[k]->request))
+					changed = entries[j]->met_lock = true;
 			}
 		}
 	}
@@ -496,67 +283,115 @@ count_recorded(PklimitEntry **entries, int n)
 }
 
 /*
+ * Apply the units in order, each as the owner of its schema's table, in the
+ * transaction begun.  On Citus a unit's statements wait for another node's
+ * answer; a node that does not answer (stopped, or cut off without its
+ * connection being closed) would hold up every key of every batch, so the
+ * wait ends after PKLIMIT_NODE_WAIT_MS, as a lock wait does: the unit's
+ * entries are set aside and the rest of the batch goes on.  *citus says
+ * whether a table was Citus's, *running which request's statement runs
+ * (unit.c).  Returns false if a unit's hits must be applied unfolded (the
+ * rest is not applied).
+ */
+static bool
+apply_units(PklimitEntry **entries, int n, const Unit *units,
+			const int *order, int nunits, PklimitSession *session,
+			volatile bool *citus, const PklimitRequest *volatile *running)
+{
+	PklimitTable table = {0};
+	PklimitUser worker;
+	bool		applied = true;
+
+	pklimit_remember_user(&worker);
+	for (int i = 0; i < nunits && applied; i++)
+	{
+		int			u = order[i];
+
+		if (units[u].head->request.nspid != table.nspid)
+		{
+			pklimit_restore_user(&worker);
+			pklimit_store_open(units[u].head->request.nspid, session->on_citus,
+							   &table);
+			if (table.citus)
+			{
+				*citus = true;
+				pklimit_set_node_settings(session);
+			}
+			pklimit_become_owner(&worker, table.owner);
+		}
+		if (*citus)
+			pklimit_timer_start(PKLIMIT_NODE_WAIT_MS);
+		applied = pklimit_apply_unit(entries, n, u, &table, running);
+		if (*citus)
+			pklimit_timer_stop();
+	}
+	pklimit_restore_user(&worker);
+	return applied;
+}
+
+/*
+ * After an error: answer each entry with it and say what became of the
+ * transaction.  A lock timeout, or a node's wait cut short, was met by
+ * request met, and the entries that would meet the same row are marked.
+ */
+static Outcome
+failed_outcome(PklimitEntry **entries, int n, const ErrorData *edata,
+			   bool citus, const PklimitRequest *met)
+{
+	for (int j = 0; j < n; j++)
+		pklimit_answer_error(&entries[j]->answer, edata);
+	if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+		(pklimit_timer_ran_out() && edata->sqlerrcode == ERRCODE_QUERY_CANCELED))
+	{
+		mark_met_lock(entries, n, met);
+		return APPLY_LOCKED;
+	}
+	if (edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
+		edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+		(citus && edata->sqlerrcode == ERRCODE_QUERY_CANCELED))
+	{
+		/* Citus cancels one transaction of a circle across its nodes */
+		return APPLY_CONFLICT;
+	}
+	ereport(LOG,
+			(errmsg_plural("pklimit worker could not apply %d request: %s",
+						   "pklimit worker could not apply %d requests: %s",
+						   n, n, edata->message)));
+	return APPLY_FAILED;
+}
+
+/*
  * Apply the n entries in one transaction and answer each.  Otherwise every
  * answer says why, and on APPLY_LOCKED the entries that met the locked row
- * are marked locked.  If probe_table, a table locked by another transaction
- * is found first, without waiting (APPLY_TABLE_LOCKED).  The statements run
- * as the table's owner, so its privileges and row level security apply.
+ * are marked (met_lock).  If probe_table, a table locked by another
+ * transaction is found first, without waiting (APPLY_TABLE_LOCKED).  The
+ * statements run as the table's owner, so its privileges and row level
+ * security apply.
  */
 static Outcome
 apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
-					 MemoryContext memory_context)
+					 PklimitSession *session, MemoryContext memory_context)
 {
 	volatile Outcome outcome = APPLY_COMMITTED;
 	volatile bool citus = false;
+	const PklimitRequest *volatile running = &entries[0]->request;
 	Unit		units[PKLIMIT_BATCH_MAX];
 	int			order[PKLIMIT_BATCH_MAX];
 	int			nunits = fold(entries, n, units);
 
 	order_units(entries, n, units, nunits, order);
-	if (node_timeout == MAX_TIMEOUTS)
-		node_timeout = RegisterTimeout(USER_TIMEOUT, node_wait_handler);
-	node_wait_over = false;
-
+	pklimit_timer_reset();
 	PG_TRY();
 	{
-		PklimitTable table = {0};
-		Oid			save_userid;
-		int			save_sec_context;
-
 		pklimit_begin_transaction("pklimit: applying queued requests");
 		if (probe_table && !pklimit_store_table_free(entries[0]->request.nspid))
 			outcome = APPLY_TABLE_LOCKED;
-		GetUserIdAndSecContext(&save_userid, &save_sec_context);
-		pklimit_unit_current = &entries[0]->request;
-		for (int i = 0; i < nunits && outcome == APPLY_COMMITTED; i++)
-		{
-			int			u = order[i];
-
-			if (units[u].head->request.nspid != table.nspid)
-			{
-				SetUserIdAndSecContext(save_userid, save_sec_context);
-				pklimit_store_open(units[u].head->request.nspid, &table);
-				if (table.citus)
-				{
-					citus = true;
-					pklimit_set_node_settings();
-				}
-				SetUserIdAndSecContext(table.owner,
-									   save_sec_context |
-									   SECURITY_LOCAL_USERID_CHANGE |
-									   SECURITY_RESTRICTED_OPERATION);
-			}
-			if (citus)
-				enable_timeout_after(node_timeout, PKLIMIT_NODE_WAIT_MS);
-			if (!pklimit_apply_unit(entries, n, u, &table))
-				outcome = APPLY_UNFOLD;
-			if (citus)
-				disable_timeout(node_timeout, false);
-		}
-		SetUserIdAndSecContext(save_userid, save_sec_context);
-
+		if (outcome == APPLY_COMMITTED &&
+			!apply_units(entries, n, units, order, nunits, session, &citus,
+						 &running))
+			outcome = APPLY_UNFOLD;
 		if (outcome != APPLY_COMMITTED)
-			rollback_transaction();
+			pklimit_rollback_transaction();
 		else if (!pklimit_commit_transaction())
 			for (int j = 0; j < n; j++)
 				entries[j]->answer.unreplicated = true;
@@ -565,31 +400,9 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 	{
 		ErrorData  *edata;
 
-		disable_timeout(node_timeout, false);
+		pklimit_timer_stop();
 		edata = pklimit_abort_transaction(memory_context);
-		for (int j = 0; j < n; j++)
-			pklimit_answer_error(&entries[j]->answer, edata);
-		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
-			(node_wait_over && edata->sqlerrcode == ERRCODE_QUERY_CANCELED))
-		{
-			outcome = APPLY_LOCKED;
-			mark_locked(entries, n, pklimit_unit_current);
-		}
-		else if (edata->sqlerrcode == ERRCODE_T_R_SERIALIZATION_FAILURE ||
-				 edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
-				 (citus && edata->sqlerrcode == ERRCODE_QUERY_CANCELED))
-		{
-			/* Citus cancels one transaction of a circle across its nodes */
-			outcome = APPLY_CONFLICT;
-		}
-		else
-		{
-			outcome = APPLY_FAILED;
-			ereport(LOG,
-					(errmsg_plural("pklimit worker could not apply %d request: %s",
-								   "pklimit worker could not apply %d requests: %s",
-								   n, n, edata->message)));
-		}
+		outcome = failed_outcome(entries, n, edata, citus, running);
 	}
 	PG_END_TRY();
 
@@ -619,14 +432,10 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
 	{
 		PklimitEntry *e = entries[j];
 
-		if (e->locked)
-		{
-			pklimit_entry_answer(e, PKLIMIT_LOCK_TIMEOUT);
-			if (pklimit_worth_retrying(e->request.deadline, now))
-				e->state = ENTRY_SET_ASIDE;
-		}
+		if (e->met_lock)
+			pklimit_set_aside(e, now);
 		else if (e->request.deadline <= now)
-			pklimit_entry_answer(e, PKLIMIT_TIMEOUT);
+			pklimit_answer_unapplied(e, PKLIMIT_TIMEOUT);
 		else
 		{
 			entries[kept++] = e;
@@ -636,6 +445,9 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
 	}
 	return kept;
 }
+
+/* The group of entry j of pklimit_apply's entries (pklimit_foreach_in_group). */
+#define LIVE_GROUP(j) (entries[(j)]->request.group)
 
 /*
  * Apply the n entries (all of them being tried now) and leave each answered
@@ -647,7 +459,7 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
  */
 void
 pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
-			  MemoryContext memory_context)
+			  PklimitSession *session, MemoryContext memory_context)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	bool		probe_table = false;
@@ -657,18 +469,18 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 	for (int j = 0; j < n; j++)
 	{
 		entries[j]->unfold = false;
-		entries[j]->locked = false;
+		entries[j]->met_lock = false;
 		if (entries[j]->request.deadline <= now)
-			pklimit_entry_answer(entries[j], PKLIMIT_TIMEOUT);
+			pklimit_answer_unapplied(entries[j], PKLIMIT_TIMEOUT);
 		else
 			entries[nlive++] = entries[j];
 	}
 
-	pklimit_set_lock_wait(lock_wait_ms);
+	pklimit_set_lock_wait(session, lock_wait_ms);
 	while (nlive > 0)
 	{
 		Outcome		outcome = apply_in_transaction(entries, nlive, probe_table,
-												   memory_context);
+												   session, memory_context);
 
 		if (outcome == APPLY_COMMITTED)
 			break;
@@ -689,10 +501,10 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 			 */
 			for (int j = 0, k; j < nlive && nlive > 1; j += k)
 			{
-				for (k = 1; j + k < nlive && entries[j]->request.group != 0 &&
-					 entries[j + k]->request.group == entries[j]->request.group;)
+				k = 0;
+				pklimit_foreach_in_group(m, j, nlive, LIVE_GROUP)
 					k++;
-				(void) apply_in_transaction(&entries[j], k, false,
+				(void) apply_in_transaction(&entries[j], k, false, session,
 											memory_context);
 			}
 			break;
@@ -700,10 +512,10 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 		/* a table locked as a whole holds up its writes, not its reads */
 		if (outcome == APPLY_TABLE_LOCKED)
 			for (int j = 0; j < nlive; j++)
-				entries[j]->locked = pklimit_op_rules(entries[j]->request.kind).writes;
+				entries[j]->met_lock = pklimit_op_rules(entries[j]->request.kind).writes;
 
 		nlive = sort_out(entries, nlive, outcome, &probe_table);
-		pklimit_set_lock_wait(PKLIMIT_RETRY_LOCK_MS);
+		pklimit_set_lock_wait(session, PKLIMIT_RETRY_LOCK_MS);
 	}
 	for (int j = 0; j < nlive; j++)
 		entries[j]->state = ENTRY_ANSWERED;

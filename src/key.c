@@ -12,8 +12,9 @@
  *
  * The first character tells the three forms apart, and the tenant's byte
  * length says where the tenant ends, so separators inside a tenant or a key
- * cannot move the boundary.  This file reads platformkit.tenant and knows
- * nothing of the table or the queue.
+ * cannot move the boundary.  The global order of stored keys, which every
+ * worker takes rows in, is here too.  This file reads platformkit.tenant and
+ * knows nothing of the table or the queue.
  *
  *-------------------------------------------------------------------------
  */
@@ -78,4 +79,23 @@ pklimit_stored_key(text *key)
 		return digested;
 	}
 	return buf.data;
+}
+
+/* Are two requests on the same row: one schema, one stored key? */
+bool
+pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b)
+{
+	return a->nspid == b->nspid && strcmp(a->key, b->key) == 0;
+}
+
+/*
+ * The global order of keys, the same in every worker of every node: by
+ * schema, then by stored key, byte by byte.
+ */
+int
+pklimit_key_order(const PklimitRequest *a, const PklimitRequest *b)
+{
+	if (a->nspid != b->nspid)
+		return a->nspid < b->nspid ? -1 : 1;
+	return strcmp(a->key, b->key);
 }

@@ -165,8 +165,8 @@ pklimit_new_window(TimestampTz now, int64 window_usec, PklimitRow *row)
 }
 
 /* Is the row's window open at now? */
-static bool
-window_open(const PklimitRow *row, TimestampTz now)
+bool
+pklimit_window_open(const PklimitRow *row, TimestampTz now)
 {
 	return row->exists && row->window_end > now;
 }
@@ -212,7 +212,7 @@ void
 pklimit_decide(const PklimitRow *before, const PklimitCall *call,
 			   TimestampTz now, PklimitDecision *decision)
 {
-	bool		open = window_open(before, now);
+	bool		open = pklimit_window_open(before, now);
 	int64		count = open ? before->count : 0;
 
 	memset(decision, 0, sizeof(*decision));
@@ -251,7 +251,7 @@ pklimit_apply_decision(const PklimitRow *before, const PklimitCall *call,
 		return 0;				/* nothing changes */
 	if (record)
 	{
-		if (!window_open(before, now))
+		if (!pklimit_window_open(before, now))
 			pklimit_new_window(now, call->window_usec, after);
 		after->count = pklimit_add_events(after->count, call->cost);
 		after->updated_at = now;
@@ -259,7 +259,7 @@ pklimit_apply_decision(const PklimitRow *before, const PklimitCall *call,
 	}
 	if (!decision->allowed && call->block_usec > 0)
 	{
-		if (!window_open(after, now))
+		if (!pklimit_window_open(after, now))
 		{
 			/* a block needs a row: the window of the moment, nothing in it */
 			pklimit_new_window(now, call->window_usec, after);

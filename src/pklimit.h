@@ -4,31 +4,9 @@
  *		The interfaces between pklimit's source files, and the shared state
  *		they exchange.
  *
- * A call travels caller -> queue -> worker -> store -> answer:
- *
- *	check.c		the recording calls (allow, check, check_all, allow_all):
- *				their arguments, one request per key, their results
- *	api.c		the other SQL-callable functions, the argument checks all
- *				share, handing requests to the queue, and what a call answers
- *				when the store cannot be reached
- *	key.c		the stored key: tenant, encoding, digest of long keys
- *	queue.c		the request slots in shared memory: a caller queues its
- *				request and waits; the worker takes requests and answers them
- *	registry.c	which worker serves which database: start on demand, attach,
- *				back-off after failures, retire when idle, leave on exit
- *	worker.c	the worker process and its loop over batches
- *	apply.c		applying a batch's requests in the worker's own transactions
- *	unit.c		one unit of such a transaction: folded hits, a decided call or
- *				a group of them, a peek, a count, a forget
- *	limit.c		the rules of a limit: window, cost, record_refused, block,
- *				the cap of a count; in C and in the folded upsert's SQL
- *	store.c		the statements on platformkit_limits (the folded upsert's
- *				rules are limit.c's)
- *	purge.c		the purge, from the SQL call to the worker's steps and status
- *	stats.c		the counters behind pklimit_stats, and its SQL functions
- *	cron.c		what pklimit needs of pg_cron: can a job run, and unschedule
- *	hooks.c		the ProcessUtility guards and the object access hook
- *	pklimit.c	module load: settings, hooks, shared memory, wait events
+ * A call travels caller -> queue -> worker -> store -> answer.  The map of
+ * the source files, one line each, is in CONTRIBUTING.md ("Code layout");
+ * each file's header says what it owns and what it must not do.
  *
  * Locking: every piece of pklimit's shared memory (queue slots, worker
  * registry and back-offs, purge status, the statistics' entries) but the
@@ -48,6 +26,7 @@
 
 #include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "nodes/nodes.h"
 #include "storage/lwlock.h"
 
 /* Longest stored key kept readable; longer ones are stored as a digest. */
@@ -155,7 +134,7 @@ typedef enum PklimitStatus
 	PKLIMIT_READ_ONLY,			/* hot standby: writes go to the primary */
 	PKLIMIT_LOCK_TIMEOUT,		/* the budget ran out waiting for a row lock */
 	PKLIMIT_NO_TABLE,			/* platformkit_limits is missing */
-	PKLIMIT_STORE_ERROR			/* any other error while applying */
+	PKLIMIT_APPLY_ERROR			/* any other error while applying */
 } PklimitStatus;
 
 /*
@@ -178,6 +157,18 @@ typedef struct PklimitRequest
 } PklimitRequest;
 
 /*
+ * The requests of a group are queued, taken, applied and kept next to each
+ * other, in arrival order.  Walks int i over the run of one group's
+ * requests that starts at index first, of n; group_of(i) is the group of
+ * request i (0: in none, a run of one).
+ */
+#define pklimit_foreach_in_group(i, first, n, group_of) \
+	for (int i = (first); \
+		 i < (n) && (i == (first) || \
+					 (group_of(first) != 0 && group_of(i) == group_of(first))); \
+		 i++)
+
+/*
  * The longest message of a worker's error that reaches its caller, in bytes
  * of the database encoding; a longer one is cut at a character boundary and
  * ends in PKLIMIT_MESSAGE_CUT.  The worker logs it whole.
@@ -191,8 +182,8 @@ typedef struct PklimitAnswer
 	PklimitStatus status;
 	bool		unreplicated;	/* committed locally, not confirmed by the
 								 * synchronous standbys */
-	int			sqlstate;		/* for a store error */
-	char		message[PKLIMIT_MESSAGE_MAX + 1];	/* for a store error */
+	int			sqlstate;		/* for an error while applying */
+	char		message[PKLIMIT_MESSAGE_MAX + 1];	/* for the same error */
 	PklimitResult result;
 } PklimitAnswer;
 
@@ -226,7 +217,7 @@ typedef struct PklimitEntry
 	/* apply.c's, within one list of entries */
 	int			unit;			/* the statement that applies it */
 	bool		unfold;			/* apply one statement per event */
-	bool		locked;			/* met a row locked by another transaction */
+	bool		met_lock;		/* met a row locked by another transaction */
 } PklimitEntry;
 
 /* Which caller found the store unavailable, for pklimit_unavailable(). */
@@ -334,8 +325,10 @@ extern bool pklimit_unavailable(const PklimitAnswer *answer,
 extern bool pklimit_unavailable_allows(void);
 extern const char *pklimit_status_name(PklimitStatus status);
 
-/* key.c */
+/* key.c: the stored key, and the order of keys */
 extern char *pklimit_stored_key(text *key);
+extern bool pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b);
+extern int	pklimit_key_order(const PklimitRequest *a, const PklimitRequest *b);
 
 /* queue.c: the request slots */
 extern Size pklimit_queue_shmem_size(void);
@@ -345,7 +338,7 @@ extern void pklimit_submit(const PklimitRequest *requests,
 extern int	pklimit_queue_take(Oid dboid, int worker, PklimitEntry *entries,
 							   int max);
 extern void pklimit_queue_answer(PklimitEntry *const *entries, int n);
-extern void pklimit_queue_note_locked(PklimitEntry *const *entries, int n);
+extern void pklimit_queue_note_set_aside(PklimitEntry *const *entries, int n);
 extern bool pklimit_queue_abandoned(int slot);
 extern bool pklimit_queue_has_work(Oid dboid);
 extern void pklimit_queue_release_worker(int worker);
@@ -364,28 +357,57 @@ extern void pklimit_registry_report_start_failure(void);
 extern int	pklimit_registry_procno(int worker);
 extern Oid	pklimit_registry_attach(int worker, Oid static_dboid);
 extern void pklimit_registry_served(Oid dboid);
-extern bool pklimit_registry_retire(void);
+extern void pklimit_registry_retire(void);
+extern bool pklimit_registry_detach(bool failed);
 extern void pklimit_terminate_workers(Oid dboid);
 extern pid_t pklimit_registry_worker_pid(Oid dboid);
 extern int	pklimit_registry_sharers(int *entries);
 
+/*
+ * The worker's session, as its transactions need it: set up by worker.c,
+ * passed to apply.c and purge.c, used by xact.c.
+ */
+typedef struct PklimitSession
+{
+	int			lock_wait_ms;	/* lock_timeout in force; -1: not set yet */
+	bool		on_citus;		/* Citus is loaded: its tables' rows live on
+								 * other nodes */
+} PklimitSession;
+
 /* worker.c */
 extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
-extern bool pklimit_on_citus;
 
-/* apply.c: the worker's transactions */
+/* apply.c: a batch's entries in the worker's transactions */
 extern void pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
+						  PklimitSession *session,
 						  MemoryContext memory_context);
-extern void pklimit_entry_answer(PklimitEntry *entry, PklimitStatus status);
-extern bool pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b);
-extern int	pklimit_key_order(const PklimitRequest *a, const PklimitRequest *b);
+extern void pklimit_answer_unapplied(PklimitEntry *entry, PklimitStatus status);
+extern void pklimit_set_aside(PklimitEntry *entry, TimestampTz now);
+extern bool pklimit_waits_with(const PklimitRequest *r,
+							   const PklimitRequest *set_aside);
 extern bool pklimit_worth_retrying(TimestampTz deadline, TimestampTz now);
-extern void pklimit_set_lock_wait(int ms);
-extern void pklimit_set_node_settings(void);
+
+/* xact.c: the worker's transactions */
+typedef struct PklimitUser
+{
+	Oid			userid;
+	int			sec_context;
+} PklimitUser;
+
+extern void pklimit_timer_reset(void);
+extern void pklimit_timer_start(int ms);
+extern void pklimit_timer_stop(void);
+extern bool pklimit_timer_ran_out(void);
+extern void pklimit_set_lock_wait(PklimitSession *session, int ms);
+extern void pklimit_set_node_settings(const PklimitSession *session);
 extern void pklimit_begin_transaction(const char *activity);
 extern bool pklimit_commit_transaction(void);
+extern void pklimit_rollback_transaction(void);
 extern ErrorData *pklimit_abort_transaction(MemoryContext memory_context);
 extern void pklimit_report_idle(void);
+extern void pklimit_remember_user(PklimitUser *user);
+extern void pklimit_become_owner(const PklimitUser *user, Oid owner);
+extern void pklimit_restore_user(const PklimitUser *user);
 extern void pklimit_answer_error(PklimitAnswer *answer, const ErrorData *edata);
 
 /* store.c: the statements on platformkit_limits, in the current transaction */
@@ -398,7 +420,7 @@ typedef struct PklimitTable
 	bool		citus;			/* distributed or replicated by Citus */
 } PklimitTable;
 
-extern void pklimit_store_open(Oid nspid, PklimitTable *table);
+extern void pklimit_store_open(Oid nspid, bool on_citus, PklimitTable *table);
 extern bool pklimit_store_table_free(Oid nspid);
 extern void pklimit_store_hit(const PklimitTable *table, const char *stored_key,
 							  int64 window_usec, int64 events, TimestampTz now,
@@ -417,9 +439,9 @@ extern bool pklimit_store_oldest_end(Oid nspid, TimestampTz *oldest,
 extern bool pklimit_in_system;
 
 /* unit.c: one unit of the worker's transaction */
-extern const PklimitRequest *pklimit_unit_current;
 extern bool pklimit_apply_unit(PklimitEntry **entries, int n, int u,
-							   const PklimitTable *table);
+							   const PklimitTable *table,
+							   const PklimitRequest *volatile *running);
 
 /* limit.c: the rules of a limit */
 extern PklimitWindowCheck pklimit_window_usec(const Interval *window,
@@ -431,6 +453,7 @@ extern void pklimit_new_window(TimestampTz now, int64 window_usec,
 extern int64 pklimit_add_events(int64 count, int64 events);
 extern void pklimit_decide(const PklimitRow *before, const PklimitCall *call,
 						   TimestampTz now, PklimitDecision *decision);
+extern bool pklimit_window_open(const PklimitRow *row, TimestampTz now);
 extern bool pklimit_records(const PklimitCall *call, bool allowed);
 extern int64 pklimit_apply_decision(const PklimitRow *before,
 									const PklimitCall *call, TimestampTz now,
@@ -451,7 +474,8 @@ extern Size pklimit_purge_shmem_size(void);
 extern void pklimit_purge_shmem_init(void);
 extern void pklimit_purge_take(const PklimitEntry *entry);
 extern bool pklimit_purge_due(void);
-extern bool pklimit_purge_step(MemoryContext memory_context);
+extern bool pklimit_purge_step(PklimitSession *session,
+							   MemoryContext memory_context);
 extern bool pklimit_purge_running(void);
 extern void pklimit_purge_fail_running(void);
 
@@ -466,6 +490,12 @@ extern void pklimit_stats_forget_database(Oid dboid);
 
 /* hooks.c */
 extern void pklimit_install_hooks(void);
+
+/* guards.c: the guards of pklimit's table and names, run by hooks.c */
+extern bool pklimit_grants_on_tables(Node *parsetree);
+extern void pklimit_guard_grant(void);
+extern void pklimit_guard_table(Node *parsetree);
+extern void pklimit_guard_name(Oid classId, Oid objectId);
 
 /* cron.c: what pklimit needs of pg_cron */
 extern void pklimit_cron_unschedule(void);

@@ -7,7 +7,7 @@
  *		calls between two batches; pklimit_purge_status() shows the last
  *		purge of the database, and how long the row it should have deleted
  *		first has waited (read from the table, whoever purges).  The
- *		statement is store.c's.
+ *		statement is store.c's, the transactions xact.c's.
  *
  * A batch is bounded in time whatever the table's statistics say: its plan
  * is forced onto the indexes (no sequential or bitmap scan of the whole
@@ -31,14 +31,12 @@
 #include "access/htup_details.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "pklimit.h"
@@ -75,10 +73,6 @@ typedef struct RunningPurge
 } RunningPurge;
 
 static RunningPurge purge;		/* in the worker */
-
-/* The time slice of a batch, a timeout of the worker's own. */
-static TimeoutId slice_timeout = MAX_TIMEOUTS;
-static volatile sig_atomic_t slice_over = false;
 
 Size
 pklimit_purge_shmem_size(void)
@@ -221,16 +215,6 @@ finish(bool failed)
 	pklimit_queue_answer(list, 1);
 }
 
-/* The batch's time slice is over: cancel its statement, as a cancel does. */
-static void
-slice_handler(void)
-{
-	slice_over = true;
-	InterruptPending = true;
-	QueryCancelPending = true;
-	SetLatch(MyLatch);
-}
-
 /*
  * The planner settings of a batch, for its transaction only: index scans
  * whatever the statistics say, which after a crash or before autovacuum's
@@ -247,53 +231,47 @@ force_index_plans(void)
 
 /*
  * Delete one batch, as the table's owner, in a transaction of its own and
- * within PURGE_SLICE_MS.  Returns rows deleted, or -1 on an error, which is
- * in *edata (*sliced: the slice was over).
+ * within PURGE_SLICE_MS (the statement timer).  Returns rows deleted, or -1
+ * on an error, which is in *edata (*sliced: the slice was over).
  */
 static int64
-delete_batch(MemoryContext memory_context, ErrorData **edata, bool *sliced)
+delete_batch(PklimitSession *session, MemoryContext memory_context,
+			 ErrorData **edata, bool *sliced)
 {
 	volatile int64 deleted = -1;
 	const PklimitRequest *r = &purge.entry.request;
 
-	if (slice_timeout == MAX_TIMEOUTS)
-		slice_timeout = RegisterTimeout(USER_TIMEOUT, slice_handler);
-	slice_over = false;
+	pklimit_timer_reset();
 	PG_TRY();
 	{
 		PklimitTable table;
-		Oid			save_userid;
-		int			save_sec_context;
+		PklimitUser worker;
 
 		/* a lock that held up the last try is waited for briefly */
-		pklimit_set_lock_wait(purge.blocked_since != 0 ?
+		pklimit_set_lock_wait(session, purge.blocked_since != 0 ?
 							  PKLIMIT_RETRY_LOCK_MS : PKLIMIT_BATCH_LOCK_MS);
 		pklimit_begin_transaction("pklimit: purge");
 		force_index_plans();
-		pklimit_store_open(r->nspid, &table);
+		pklimit_store_open(r->nspid, session->on_citus, &table);
 		if (table.citus)
-			pklimit_set_node_settings();
-		GetUserIdAndSecContext(&save_userid, &save_sec_context);
-		SetUserIdAndSecContext(table.owner,
-							   save_sec_context |
-							   SECURITY_LOCAL_USERID_CHANGE |
-							   SECURITY_RESTRICTED_OPERATION);
-		enable_timeout_after(slice_timeout, PURGE_SLICE_MS);
+			pklimit_set_node_settings(session);
+		pklimit_remember_user(&worker);
+		pklimit_become_owner(&worker, table.owner);
+		pklimit_timer_start(PURGE_SLICE_MS);
 		deleted = pklimit_store_purge(&table, r->cutoff, purge.batch,
 									  &purge.from);
-		disable_timeout(slice_timeout, false);
-		SetUserIdAndSecContext(save_userid, save_sec_context);
+		pklimit_timer_stop();
+		pklimit_restore_user(&worker);
 		(void) pklimit_commit_transaction();
 	}
 	PG_CATCH();
 	{
-		disable_timeout(slice_timeout, false);
+		pklimit_timer_stop();
 		*edata = pklimit_abort_transaction(memory_context);
 		deleted = -1;
 	}
 	PG_END_TRY();
-	*sliced = slice_over;
-	slice_over = false;
+	*sliced = pklimit_timer_ran_out();
 	pklimit_report_idle();
 	return deleted;
 }
@@ -305,7 +283,7 @@ delete_batch(MemoryContext memory_context, ErrorData **edata, bool *sliced)
  * the purge goes on at once (not held up by a lock).
  */
 bool
-pklimit_purge_step(MemoryContext memory_context)
+pklimit_purge_step(PklimitSession *session, MemoryContext memory_context)
 {
 	ErrorData  *edata = NULL;
 	bool		sliced = false;
@@ -319,7 +297,7 @@ pklimit_purge_step(MemoryContext memory_context)
 		return false;
 	}
 
-	deleted = delete_batch(memory_context, &edata, &sliced);
+	deleted = delete_batch(session, memory_context, &edata, &sliced);
 	now = GetCurrentTimestamp();
 	if (deleted < 0 && sliced && purge.batch > PURGE_MIN_BATCH)
 		purge.batch = Max(PURGE_MIN_BATCH, purge.batch / 2);

@@ -63,7 +63,7 @@ typedef struct Slot
 	int			share;			/* registry entry whose share holds it, or -1 */
 	int			caller_procno;	/* whose latch to set when answered */
 	int			worker;			/* registry index of the worker that took it */
-	bool		locked;			/* set aside by the worker: its row is locked */
+	bool		set_aside;		/* set aside by the worker: its row is locked */
 	uint64		seq;			/* arrival order */
 	PklimitRequest request;
 	PklimitAnswer answer;
@@ -216,11 +216,11 @@ slot_of(Waiter *w, int i, PklimitAnswer *answers)
 /*
  * Stop waiting on the slots not done yet: free each, or leave it to the
  * worker that took it.  An answer already there is copied to answers (if
- * given); *locked says whether the worker had set a request aside for a
+ * given); *set_aside says whether the worker had set a request aside for a
  * locked row.
  */
 static void
-release_slots(Waiter *w, PklimitAnswer *answers, bool *locked)
+release_slots(Waiter *w, PklimitAnswer *answers, bool *set_aside)
 {
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < w->n; i++)
@@ -229,8 +229,8 @@ release_slots(Waiter *w, PklimitAnswer *answers, bool *locked)
 
 		if (w->done[i] || (slot = slot_of(w, i, answers)) == NULL)
 			continue;
-		if (locked)
-			*locked |= slot->locked;
+		if (set_aside)
+			*set_aside |= slot->set_aside;
 		switch (slot->state)
 		{
 			case SLOT_DONE:
@@ -358,7 +358,7 @@ queue_requests(const PklimitRequest *requests, int n, int share, Waiter *w)
 		slot->share = share;
 		slot->caller_procno = PKLIMIT_MY_PROCNO;
 		slot->worker = -1;
-		slot->locked = false;
+		slot->set_aside = false;
 		slot->seq = queue->next_seq++;
 		slot->request = requests[i];
 		slot->request.group = group;
@@ -514,7 +514,7 @@ pklimit_submit(const PklimitRequest *requests, PklimitAnswer *answers, int n)
 		for (;;)
 		{
 			TimestampTz now = GetCurrentTimestamp();
-			bool		locked = false;
+			bool		set_aside = false;
 			PklimitStatus status;
 
 			if (now < deadline)
@@ -534,8 +534,8 @@ pklimit_submit(const PklimitRequest *requests, PklimitAnswer *answers, int n)
 				continue;
 
 			/* the budget was spent waiting for a row lock, or for the worker */
-			release_slots(&w, answers, &locked);
-			status = locked ? PKLIMIT_LOCK_TIMEOUT :
+			release_slots(&w, answers, &set_aside);
+			status = set_aside ? PKLIMIT_LOCK_TIMEOUT :
 				had_worker ? PKLIMIT_TIMEOUT : PKLIMIT_NO_WORKER;
 			for (int i = 0; i < n; i++)
 				if (!w.done[i])
@@ -549,6 +549,9 @@ pklimit_submit(const PklimitRequest *requests, PklimitAnswer *answers, int n)
 /*
  * Worker side.
  */
+
+/* The group of the j-th request taken (pklimit_foreach_in_group). */
+#define TAKEN_GROUP(j) (queue->slots[taken[(j)]].request.group)
 
 /*
  * Take the (up to) max oldest queued requests of database dboid for the
@@ -581,15 +584,20 @@ pklimit_queue_take(Oid dboid, int worker, PklimitEntry *entries, int max)
 		taken[j] = i;
 	}
 	/* a group is taken whole: the youngest, cut by max, waits */
-	if (n == max && queue->slots[taken[n - 1]].request.group != 0)
+	if (n == max)
 	{
-		uint64		group = queue->slots[taken[n - 1]].request.group;
+		int			last = 0;
 		int			members = 0;
 
-		for (int j = n - 1; j >= 0 && queue->slots[taken[j]].request.group == group; j--)
-			members++;
-		if (members < queue->slots[taken[n - 1]].request.group_size)
-			n -= members;
+		for (int first = 0; first < n; first += members)
+		{
+			last = first;
+			members = 0;
+			pklimit_foreach_in_group(j, first, n, TAKEN_GROUP)
+				members++;
+		}
+		if (members < queue->slots[taken[last]].request.group_size)
+			n = last;
 	}
 	for (int j = 0; j < n; j++)
 	{
@@ -641,11 +649,11 @@ pklimit_queue_answer(PklimitEntry *const *entries, int n)
  * lock_timeout, whatever the speed of the machine.
  */
 void
-pklimit_queue_note_locked(PklimitEntry *const *entries, int n)
+pklimit_queue_note_set_aside(PklimitEntry *const *entries, int n)
 {
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
 	for (int j = 0; j < n; j++)
-		queue->slots[entries[j]->slot].locked = true;
+		queue->slots[entries[j]->slot].set_aside = true;
 	LWLockRelease(pklimit_lock);
 }
 

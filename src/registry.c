@@ -12,8 +12,9 @@
  *		dynamic worker failed to start or died waits before the next start
  *		(back-off).  Runs in the postmaster (static registration), in callers
  *		(ensure, procno), in the worker (attach, served, retire, detach) and
- *		in the ProcessUtility guards (terminate); the requests themselves
- *		are queue.c's.
+ *		in the ProcessUtility hook (terminate); the requests themselves
+ *		are queue.c's, and this file calls neither the queue nor the purge:
+ *		the worker does, under the same lock, when it retires or exits.
  *
  * Locking: the workers[] and backoffs[] arrays are protected by
  * pklimit_lock (see pklimit.h): exclusive to change an entry, shared to
@@ -29,7 +30,6 @@
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "postmaster/bgworker.h"
-#include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -188,7 +188,6 @@ pklimit_register_static_workers(const char *setting)
 		const char *name = lfirst(lc);
 
 		worker_definition(&bgw, i++);
-		bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
 		bgw.bgw_restart_time = STATIC_RESTART_SECONDS;
 		snprintf(bgw.bgw_name, BGW_MAXLEN, "pklimit worker for database %s",
 				 name);
@@ -324,32 +323,30 @@ pklimit_registry_procno(int worker)
 	return -1;
 }
 
-/* Worker exit: answer what it had taken, and leave the registry. */
-static void
-detach(int code, Datum arg)
+/*
+ * Worker exit: leave the registry, after a failure (a dynamic worker's) with
+ * a back-off for its database.  Returns false if the worker had retired:
+ * its entry may be another's by now.  Lock held exclusively.
+ */
+bool
+pklimit_registry_detach(bool failed)
 {
 	WorkerEntry *w = &registry.workers[my_worker];
 
-	LWLockReleaseAll();
-	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	/* a worker that retired holds no slot, and its entry may be reused */
-	if (w->pid == MyProcPid)
-	{
-		pklimit_queue_release_worker(my_worker);
-		w->in_use = false;
-		w->pid = 0;
-		if (code != 0 && pklimit_registry_static_database(my_worker) == NULL)
-			note_start_failure(w->dboid, GetCurrentTimestamp());
-		pklimit_purge_fail_running();
-	}
-	LWLockRelease(pklimit_lock);
+	if (w->pid != MyProcPid)
+		return false;
+	w->in_use = false;
+	w->pid = 0;
+	if (failed && pklimit_registry_static_database(my_worker) == NULL)
+		note_start_failure(w->dboid, GetCurrentTimestamp());
+	return true;
 }
 
 /*
  * Claim registry entry index for this process and return the database it
  * serves, or InvalidOid if the entry was given up meanwhile (the worker then
  * exits).  A static worker, already connected to dboid, claims its reserved
- * entry.
+ * entry.  The worker detaches on exit.
  */
 Oid
 pklimit_registry_attach(int worker, Oid static_dboid)
@@ -377,8 +374,6 @@ pklimit_registry_attach(int worker, Oid static_dboid)
 		my_worker = worker;
 	}
 	LWLockRelease(pklimit_lock);
-	if (ok)
-		before_shmem_exit(detach, (Datum) 0);
 	return dboid;
 }
 
@@ -392,24 +387,12 @@ pklimit_registry_served(Oid dboid)
 		memset(backoff, 0, sizeof(*backoff));
 }
 
-/*
- * An idle worker leaves the registry, unless a request for its database
- * arrived meanwhile.  Returns true if the worker should now exit.
- */
-bool
+/* An idle worker leaves the registry before it exits.  Lock held exclusively. */
+void
 pklimit_registry_retire(void)
 {
-	bool		retire;
-
-	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	retire = !pklimit_queue_has_work(MyDatabaseId);
-	if (retire)
-	{
-		registry.workers[my_worker].in_use = false;
-		registry.workers[my_worker].pid = 0;
-	}
-	LWLockRelease(pklimit_lock);
-	return retire;
+	registry.workers[my_worker].in_use = false;
+	registry.workers[my_worker].pid = 0;
 }
 
 /*

@@ -193,7 +193,7 @@ answer_counter(PklimitStatus status, bool allowed, bool shadow)
 			return PKLIMIT_STAT_LOCK_TIMEOUTS;
 		case PKLIMIT_NO_TABLE:
 			return PKLIMIT_STAT_NO_TABLE;
-		case PKLIMIT_STORE_ERROR:
+		case PKLIMIT_APPLY_ERROR:
 			break;
 	}
 	return PKLIMIT_STAT_ERRORS;

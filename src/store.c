@@ -244,11 +244,11 @@ in_citus_metadata(Oid relid)
 }
 
 static bool
-is_citus_table(Oid relid)
+is_citus_table(Oid relid, bool on_citus)
 {
 	static bool callback_registered = false;
 
-	if (!pklimit_on_citus)
+	if (!on_citus)
 		return false;
 	if (!callback_registered)
 	{
@@ -266,12 +266,12 @@ is_citus_table(Oid relid)
  * pklimit's table in schema nspid, for one transaction: its owner, whom
  * pklimit's statements run as (so its privileges and row level security
  * apply to them as to any other statement), its version and whether Citus
- * has it.  Raises an error unless the table is the extension's own and has
- * no trigger or rule, and, on Citus, an owner that bypasses row level
- * security.
+ * has it (on_citus: Citus is loaded).  Raises an error unless the table is
+ * the extension's own and has no trigger or rule, and, on Citus, an owner
+ * that bypasses row level security.
  */
 void
-pklimit_store_open(Oid nspid, PklimitTable *table)
+pklimit_store_open(Oid nspid, bool on_citus, PklimitTable *table)
 {
 	static Oid	checked_relid = InvalidOid; /* known to be the extension's */
 	Oid			relid = get_relname_relid("platformkit_limits", nspid);
@@ -331,7 +331,7 @@ pklimit_store_open(Oid nspid, PklimitTable *table)
 	checked_relid = relid;
 
 	/* Citus takes a table in under this lock, so the answer is current */
-	if (pklimit_on_citus)
+	if (on_citus)
 		LockRelationOid(relid, RowExclusiveLock);
 
 	/*
@@ -340,7 +340,7 @@ pklimit_store_open(Oid nspid, PklimitTable *table)
 	 * statements is not set: only an owner that bypasses row level security
 	 * sees the rows there, and any other would count from nothing.
 	 */
-	table->citus = is_citus_table(relid);
+	table->citus = is_citus_table(relid, on_citus);
 	if (!table->citus)
 		return;
 	if (!superuser_arg(table->owner) && !has_bypassrls_privilege(table->owner))

@@ -17,12 +17,6 @@
 
 #include "pklimit.h"
 
-/*
- * The request whose statement runs: a lock timeout raised by it is put down
- * to that request's key (apply.c).
- */
-const PklimitRequest *pklimit_unit_current = NULL;
-
 /* The entries of unit u, in the order they arrived. */
 static int
 members_of(PklimitEntry **entries, int n, int u, PklimitEntry **members)
@@ -37,7 +31,7 @@ members_of(PklimitEntry **entries, int n, int u, PklimitEntry **members)
 
 /* An entry's answer: applied, with the result of its call. */
 static void
-answer(PklimitEntry *e, const PklimitResult *result)
+answer_applied(PklimitEntry *e, const PklimitResult *result)
 {
 	memset(&e->answer, 0, sizeof(e->answer));
 	e->answer.status = PKLIMIT_OK;
@@ -80,7 +74,6 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 				members[j]->unfold = true;
 			return false;
 		}
-	pklimit_unit_current = head;
 	pklimit_store_hit(table, head->key, head->call.window_usec, events, now,
 					  &row);
 	if (!pklimit_fold_known(row.count, m))
@@ -103,7 +96,7 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 		result.recorded = pklimit_apply_decision(&before, call, now, record,
 												 &decision, &after);
 		decided(&decision, &after, now, &result);
-		answer(members[k], &result);
+		answer_applied(members[k], &result);
 		before = after;
 	}
 	return true;
@@ -133,7 +126,8 @@ compare_keys(const void *a, const void *b)
  * if record_refused.
  */
 static void
-apply_limits(PklimitEntry **members, int m, const PklimitTable *table)
+apply_limits(PklimitEntry **members, int m, const PklimitTable *table,
+			 const PklimitRequest *volatile *running)
 {
 	PklimitRow	before[PKLIMIT_GROUP_MAX];
 	PklimitRow	after;
@@ -148,7 +142,7 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table)
 	qsort(members, m, sizeof(PklimitEntry *), compare_keys);
 	for (int k = 0; k < m; k++)
 	{
-		pklimit_unit_current = &members[k]->request;
+		*running = &members[k]->request;
 		(void) pklimit_store_read(table, members[k]->request.key, true,
 								  &before[k]);
 	}
@@ -162,26 +156,19 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table)
 	for (int k = 0; k < m; k++)
 	{
 		const PklimitCall *call = &members[k]->request.call;
-		bool		record = all_allowed || call->record_refused;
+		bool		record = pklimit_records(call, all_allowed);
 		PklimitResult result = {0};
 
-		/* a blocked key records nothing (limit.c) */
-		result.recorded = (record && !decision[k].blocked) ? call->cost : 0;
-		pklimit_apply_decision(&before[k], call, now, record, &decision[k],
-							   &after);
+		result.recorded = pklimit_apply_decision(&before[k], call, now, record,
+												 &decision[k], &after);
 		if (rows_differ(&before[k], &after))
 		{
-			pklimit_unit_current = &members[k]->request;
+			*running = &members[k]->request;
 			pklimit_store_write(table, members[k]->request.key, &after,
 								before[k].exists);
 		}
-		result.found = true;
-		result.allowed = decision[k].allowed;
-		result.count = decision[k].count;
-		result.window_end = decision[k].window_end;
-		result.event_at = now;
-		result.refused_until = pklimit_refused_until(&after, &decision[k], now);
-		answer(members[k], &result);
+		decided(&decision[k], &after, now, &result);
+		answer_applied(members[k], &result);
 	}
 }
 
@@ -197,13 +184,9 @@ apply_peek(PklimitEntry *e, const PklimitTable *table)
 	(void) pklimit_store_read(table, e->request.key, false, &row);
 	now = GetCurrentTimestamp();
 	pklimit_decide(&row, &e->request.call, now, &decision);
+	decided(&decision, &row, now, &result);
 	result.found = row.exists;
-	result.allowed = decision.allowed;
-	result.count = decision.count;
-	result.window_end = decision.window_end;
-	result.event_at = now;
-	result.refused_until = pklimit_refused_until(&row, &decision, now);
-	answer(e, &result);
+	answer_applied(e, &result);
 }
 
 /* A count: the events of the key's open window, as last committed. */
@@ -214,22 +197,25 @@ apply_count(PklimitEntry *e, const PklimitTable *table)
 	PklimitResult result = {0};
 
 	(void) pklimit_store_read(table, e->request.key, false, &row);
-	if (row.exists && row.window_end > GetCurrentTimestamp())
+	if (pklimit_window_open(&row, GetCurrentTimestamp()))
 	{
 		result.found = true;
 		result.count = row.count;
 		result.window_end = row.window_end;
 	}
-	answer(e, &result);
+	answer_applied(e, &result);
 }
 
 /*
  * Apply unit u of the n entries, whose head's request says what it is, and
- * answer its entries.  Returns false if its hits must be applied unfolded.
+ * answer its entries.  Before each statement, *running is set to the request
+ * it runs for: a lock timeout it raises is put down to that request's key
+ * (apply.c).  Returns false if its hits must be applied unfolded.
  */
 bool
 pklimit_apply_unit(PklimitEntry **entries, int n, int u,
-				   const PklimitTable *table)
+				   const PklimitTable *table,
+				   const PklimitRequest *volatile *running)
 {
 	PklimitEntry *members[PKLIMIT_BATCH_MAX];
 	int			m;
@@ -238,13 +224,13 @@ pklimit_apply_unit(PklimitEntry **entries, int n, int u,
 	members[0] = NULL;
 	if ((m = members_of(entries, n, u, members)) == 0)
 		elog(ERROR, "pklimit: unit %d has no entry", u);
-	pklimit_unit_current = &members[0]->request;
+	*running = &members[0]->request;
 	switch (members[0]->request.kind)
 	{
 		case PKLIMIT_OP_HIT:
 			return apply_hits(members, m, table);
 		case PKLIMIT_OP_LIMIT:
-			apply_limits(members, m, table);
+			apply_limits(members, m, table, running);
 			break;
 		case PKLIMIT_OP_PEEK:
 			for (int k = 0; k < m; k++)
@@ -255,7 +241,7 @@ pklimit_apply_unit(PklimitEntry **entries, int n, int u,
 			break;
 		case PKLIMIT_OP_FORGET:
 			result.found = pklimit_store_forget(table, members[0]->request.key);
-			answer(members[0], &result);
+			answer_applied(members[0], &result);
 			break;
 		case PKLIMIT_OP_PURGE:
 			elog(ERROR, "pklimit: a purge is not a unit of a batch");

@@ -66,8 +66,14 @@ typedef struct Batch
 	MemoryContext context;		/* reset after every round */
 } Batch;
 
+/* The group of entry i of a batch b (pklimit_foreach_in_group). */
+#define BATCH_GROUP(i) (b->entries[(i)].request.group)
+
 /* Is this the static worker of a database in pklimit.databases? */
 static bool static_worker = false;
+
+/* The session its transactions run in (xact.c). */
+static PklimitSession session = {.lock_wait_ms = -1};
 
 /*
  * An acknowledged event survives a crash, whatever the database says
@@ -143,19 +149,6 @@ gather(Batch *b, Oid dboid, int worker)
 	return nnew;
 }
 
-/*
- * Set an entry aside while its caller's budget allows a try later.  The
- * requests of a group share their deadline, and now is one reading of the
- * clock for all of them, so a group is never split.
- */
-static void
-set_aside(PklimitEntry *e, TimestampTz now)
-{
-	pklimit_entry_answer(e, PKLIMIT_LOCK_TIMEOUT);
-	if (pklimit_worth_retrying(e->request.deadline, now))
-		e->state = ENTRY_SET_ASIDE;
-}
-
 /* Must new entry e wait with the set-aside entries? */
 static bool
 joins_set_aside(const Batch *b, const PklimitEntry *e)
@@ -166,11 +159,7 @@ joins_set_aside(const Batch *b, const PklimitEntry *e)
 
 		if (o == e || (d >= b->nold && o->state != ENTRY_SET_ASIDE))
 			continue;
-		/* a write on a set-aside key, or a request of a set-aside group */
-		if ((e->request.group != 0 && e->request.group == o->request.group) ||
-			(pklimit_op_rules(e->request.kind).writes &&
-			 pklimit_op_rules(o->request.kind).writes &&
-			 pklimit_same_key(&e->request, &o->request)))
+		if (pklimit_waits_with(&e->request, &o->request))
 			return true;
 	}
 	return false;
@@ -195,7 +184,7 @@ join_set_aside(Batch *b)
 
 			if (e->state == ENTRY_NEW && joins_set_aside(b, e))
 			{
-				set_aside(e, now);
+				pklimit_set_aside(e, now);
 				changed = true;
 			}
 		}
@@ -213,7 +202,7 @@ apply(Batch *b, int first, PklimitEntryState state, int lock_wait_ms)
 		if (b->entries[i].state == state)
 			list[n++] = &b->entries[i];
 	if (n > 0)
-		pklimit_apply(list, n, lock_wait_ms, b->context);
+		pklimit_apply(list, n, lock_wait_ms, &session, b->context);
 }
 
 /*
@@ -221,7 +210,7 @@ apply(Batch *b, int first, PklimitEntryState state, int lock_wait_ms)
  * and take those entries out, keeping the order of the rest.
  */
 static void
-answer(Batch *b, int first)
+send_answers(Batch *b, int first)
 {
 	PklimitEntry *list[PKLIMIT_BATCH_MAX];
 	int			n = 0;
@@ -254,20 +243,25 @@ retry(Batch *b)
 			if (pklimit_queue_abandoned(b->entries[d].slot))
 				b->entries[d].request.deadline = 0;
 	/* a group whose caller gave up on one request gave up on all of them */
-	for (int d = 0; d < b->nold; d++)
-		for (int o = 0; o < b->nold; o++)
-			if (b->entries[d].request.group != 0 &&
-				b->entries[o].request.group == b->entries[d].request.group)
-				b->entries[d].request.deadline =
-					Min(b->entries[d].request.deadline,
-						b->entries[o].request.deadline);
+	for (int first = 0, next; first < b->nold; first = next)
+	{
+		TimestampTz deadline = b->entries[first].request.deadline;
+
+		next = first + 1;
+		pklimit_foreach_in_group(d, first, b->nold, BATCH_GROUP)
+		{
+			deadline = Min(deadline, b->entries[d].request.deadline);
+			next = d + 1;
+		}
+		for (int d = first; d < next; d++)
+			b->entries[d].request.deadline = deadline;
+	}
 	for (int d = 0; d < b->nold; d++)
 	{
 		PklimitEntry *e = &b->entries[d];
 
-		if (!pklimit_worth_retrying(e->request.deadline, now))
-			pklimit_entry_answer(e, PKLIMIT_LOCK_TIMEOUT);
-		else if (b->retry_due)
+		pklimit_set_aside(e, now);
+		if (e->state == ENTRY_SET_ASIDE && b->retry_due)
 			e->state = ENTRY_RETRY;
 	}
 	apply(b, 0, ENTRY_RETRY, PKLIMIT_RETRY_LOCK_MS);
@@ -285,31 +279,78 @@ keep(Batch *b)
 {
 	int			kept = 0;
 
-	for (int i = 0; i < b->n; i++)
+	for (int i = 0, size; i < b->n; i += size)
 	{
 		PklimitEntry *e = &b->entries[i];
-		int			size = Max(1, e->request.group_size);
 
+		size = 0;
+		pklimit_foreach_in_group(k, i, b->n, BATCH_GROUP)
+			size++;
 		/* a group is kept, or answered, whole: its requests are together */
 		if (e->state == ENTRY_SET_ASIDE &&
 			kept + size > b->capacity / 2)
-			for (int k = i; k < i + size && k < b->n; k++)
-				pklimit_entry_answer(&b->entries[k], PKLIMIT_LOCK_TIMEOUT);
+			pklimit_foreach_in_group(k, i, b->n, BATCH_GROUP)
+				pklimit_answer_unapplied(&b->entries[k], PKLIMIT_LOCK_TIMEOUT);
 		if (e->state == ENTRY_SET_ASIDE)
 			kept += size;
-		i += size - 1;
 	}
-	answer(b, 0);
+	send_answers(b, 0);
 	if (b->n > 0)
 	{
 		PklimitEntry *list[PKLIMIT_BATCH_MAX];
 
 		for (int i = 0; i < b->n; i++)
 			list[i] = &b->entries[i];
-		pklimit_queue_note_locked(list, b->n);
+		pklimit_queue_note_set_aside(list, b->n);
 		if (b->nold == 0)
 			b->tried = GetCurrentTimestamp();	/* newly set aside */
 	}
+}
+
+/*
+ * An idle worker leaves the registry, unless a request for its database
+ * arrived meanwhile.  Returns true if the worker should now exit.
+ */
+static bool
+retire(void)
+{
+	bool		idle;
+
+	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
+	idle = !pklimit_queue_has_work(MyDatabaseId);
+	if (idle)
+		pklimit_registry_retire();
+	LWLockRelease(pklimit_lock);
+	return idle;
+}
+
+/*
+ * Worker exit: answer what it had taken (no_worker), fail its running
+ * purge, and leave the registry; a worker that retired holds no slot, and
+ * its entry may be reused.  arg is its registry index.
+ */
+static void
+detach(int code, Datum arg)
+{
+	LWLockReleaseAll();
+	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
+	if (pklimit_registry_detach(code != 0))
+	{
+		pklimit_queue_release_worker(DatumGetInt32(arg));
+		pklimit_purge_fail_running();
+	}
+	LWLockRelease(pklimit_lock);
+}
+
+/* Claim the worker's registry entry (registry.c), and detach on exit. */
+static Oid
+attach(int worker, Oid static_dboid)
+{
+	Oid			dboid = pklimit_registry_attach(worker, static_dboid);
+
+	if (OidIsValid(dboid))
+		before_shmem_exit(detach, Int32GetDatum(worker));
+	return dboid;
 }
 
 /*
@@ -334,7 +375,7 @@ wait_for_work(const Batch *b, TimestampTz last_work)
 		wait_ms = -1;			/* never exit for idleness */
 	else if (wait_ms <= 0)
 	{
-		if (pklimit_registry_retire())
+		if (retire())
 			proc_exit(0);
 		wait_ms = 1000;
 	}
@@ -373,13 +414,10 @@ set_up_session(void)
 	{
 		SetConfigOption("citus.propagate_set_commands", "local", PGC_SUSET,
 						PGC_S_OVERRIDE);
-		pklimit_on_citus = true;
+		session.on_citus = true;
 	}
 	set_commit_mode();
 }
-
-/* Is Citus loaded?  Its tables' rows live on other nodes (apply.c). */
-bool		pklimit_on_citus = false;
 
 void
 pklimit_worker_main(Datum main_arg)
@@ -398,11 +436,11 @@ pklimit_worker_main(Datum main_arg)
 		static_worker = true;
 		BackgroundWorkerInitializeConnection(MyBgworkerEntry->bgw_extra,
 											 NULL, 0);
-		dboid = pklimit_registry_attach(worker, MyDatabaseId);
+		dboid = attach(worker, MyDatabaseId);
 	}
 	else
 	{
-		dboid = pklimit_registry_attach(worker, InvalidOid);
+		dboid = attach(worker, InvalidOid);
 		if (!OidIsValid(dboid))
 			proc_exit(0);
 		BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
@@ -427,7 +465,7 @@ pklimit_worker_main(Datum main_arg)
 			MemoryContextSwitchTo(batch->context);
 			join_set_aside(batch);
 			apply(batch, batch->nold, ENTRY_NEW, PKLIMIT_BATCH_LOCK_MS);
-			answer(batch, batch->nold);
+			send_answers(batch, batch->nold);
 			retry(batch);
 			keep(batch);
 			MemoryContextSwitchTo(TopMemoryContext);
@@ -436,7 +474,8 @@ pklimit_worker_main(Datum main_arg)
 		}
 		if (pklimit_purge_due())
 		{
-			bool		goes_on = pklimit_purge_step(batch->context);
+			bool		goes_on = pklimit_purge_step(&session,
+													 batch->context);
 
 			last_work = GetCurrentTimestamp();
 			if (goes_on)
