@@ -2,7 +2,7 @@
 
 MODULE_big = pklimit
 OBJS = src/pklimit.o src/api.o src/key.o src/queue.o src/registry.o src/worker.o \
-	src/check.o src/apply.o src/xact.o src/unit.o src/limit.o src/store.o src/purge.o src/stats.o src/hooks.o \
+	src/check.o src/apply.o src/xact.o src/unit.o src/limit.o src/table.o src/store.o src/purge.o src/stats.o src/hooks.o \
 	src/guards.o src/cron.o
 
 EXTENSION = pklimit

@@ -152,7 +152,7 @@ pklimit_status_name(PklimitStatus status)
 	return "error";
 }
 
-/* Why the store could not be reached: the SQLSTATE and a detail. */
+/* Why a call was unavailable: the SQLSTATE and a detail. */
 static int
 unavailable_reason(const PklimitAnswer *answer, PklimitCaller caller,
 				   char **detail)
@@ -192,7 +192,7 @@ unavailable_reason(const PklimitAnswer *answer, PklimitCaller caller,
 }
 
 /*
- * What a recording call answers when the store cannot be reached, unless
+ * What a recording call answers when it is unavailable, unless
  * pklimit.on_unavailable makes it an error: allowed (it fails open) or not.
  */
 bool
@@ -202,7 +202,7 @@ pklimit_unavailable_allows(void)
 }
 
 /*
- * The store could not be reached: raise an error or warn, as
+ * The call was unavailable: raise an error or warn, as
  * pklimit.on_unavailable says (a purge always raises).  Returns the answer
  * to give instead: true (allow) or false (deny).
  */
@@ -244,7 +244,7 @@ pklimit_unavailable(const PklimitAnswer *answer, PklimitCaller caller)
 
 /*
  * A count or a forget of the key: false, after the warning (or the error)
- * pklimit.on_unavailable asks for, if the store was not reached.
+ * pklimit.on_unavailable asks for, if the call was unavailable.
  */
 static bool
 key_call(FunctionCallInfo fcinfo, PklimitOpKind kind, PklimitAnswer *answer)
@@ -256,7 +256,7 @@ key_call(FunctionCallInfo fcinfo, PklimitOpKind kind, PklimitAnswer *answer)
 	return false;
 }
 
-/* The count of the key's open window; NULL if the store was not reached. */
+/* The count of the key's open window; NULL if the call was unavailable. */
 PG_FUNCTION_INFO_V1(pklimit_count);
 Datum
 pklimit_count(PG_FUNCTION_ARGS)
@@ -268,7 +268,7 @@ pklimit_count(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(answer.result.found ? answer.result.count : 0);
 }
 
-/* Delete the key's row; NULL if the store was not reached. */
+/* Delete the key's row; NULL if the call was unavailable. */
 PG_FUNCTION_INFO_V1(pklimit_forget);
 Datum
 pklimit_forget(PG_FUNCTION_ARGS)

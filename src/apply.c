@@ -310,7 +310,7 @@ apply_units(PklimitEntry **entries, int n, const Unit *units,
 		if (units[u].head->request.nspid != table.nspid)
 		{
 			pklimit_restore_user(&worker);
-			pklimit_store_open(units[u].head->request.nspid, session->on_citus,
+			pklimit_table_open(units[u].head->request.nspid, session->on_citus,
 							   &table);
 			if (table.citus)
 			{
@@ -384,7 +384,7 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 	PG_TRY();
 	{
 		pklimit_begin_transaction("pklimit: applying queued requests");
-		if (probe_table && !pklimit_store_table_free(entries[0]->request.nspid))
+		if (probe_table && !pklimit_table_free(entries[0]->request.nspid))
 			outcome = APPLY_TABLE_LOCKED;
 		if (outcome == APPLY_COMMITTED &&
 			!apply_units(entries, n, units, order, nunits, session, &citus,

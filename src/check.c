@@ -90,8 +90,8 @@ key_call_args(FunctionCallInfo fcinfo, bool with_options, PklimitCall *call)
 /*
  * Run the calls of one group (n keys; 1 for a call on one key) and return
  * whether every key's limit allows, or what pklimit.on_unavailable says if
- * the store could not be reached (the answers' status says which).  In
- * shadow mode a call the store refused is allowed, and *shadow says so.
+ * the call was unavailable (the answers' status says which).  In shadow
+ * mode a call its limit refused is allowed, and *shadow says so.
  * Each call counts once in pklimit_stats, by its overall answer.
  */
 static bool
@@ -129,9 +129,9 @@ run_calls(FunctionCallInfo fcinfo, char **stored_keys,
 
 /*
  * The columns of pklimit_check for one answered call: allowed, count,
- * remaining, reset_at, retry_after, status.  When the store was not
- * reached, only allowed and status are set.  shadow: the store refused the
- * call and shadow mode allowed it.
+ * remaining, reset_at, retry_after, status.  When the call was unavailable,
+ * only allowed and status are set.  shadow: its limit refused the call and
+ * shadow mode allowed it.
  */
 static void
 check_columns(const PklimitCall *call, const PklimitAnswer *answer,

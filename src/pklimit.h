@@ -410,7 +410,7 @@ extern void pklimit_become_owner(const PklimitUser *user, Oid owner);
 extern void pklimit_restore_user(const PklimitUser *user);
 extern void pklimit_answer_error(PklimitAnswer *answer, const ErrorData *edata);
 
-/* store.c: the statements on platformkit_limits, in the current transaction */
+/* table.c: pklimit's table, found and checked for one transaction */
 typedef struct PklimitTable
 {
 	Oid			nspid;
@@ -420,8 +420,12 @@ typedef struct PklimitTable
 	bool		citus;			/* distributed or replicated by Citus */
 } PklimitTable;
 
-extern void pklimit_store_open(Oid nspid, bool on_citus, PklimitTable *table);
-extern bool pklimit_store_table_free(Oid nspid);
+extern void pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table);
+extern bool pklimit_table_free(Oid nspid);
+extern bool pklimit_table_oldest_end(Oid nspid, TimestampTz *oldest,
+									 bool *found);
+
+/* store.c: the statements on platformkit_limits, in the current transaction */
 extern void pklimit_store_hit(const PklimitTable *table, const char *stored_key,
 							  int64 window_usec, int64 events, TimestampTz now,
 							  PklimitRow *row);
@@ -434,8 +438,6 @@ extern bool pklimit_store_forget(const PklimitTable *table,
 								 const char *stored_key);
 extern int64 pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff,
 								 int64 limit, TimestampTz *from);
-extern bool pklimit_store_oldest_end(Oid nspid, TimestampTz *oldest,
-									 bool *found);
 extern bool pklimit_in_system;
 
 /* unit.c: one unit of the worker's transaction */

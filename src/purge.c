@@ -252,7 +252,7 @@ delete_batch(PklimitSession *session, MemoryContext memory_context,
 							  PKLIMIT_RETRY_LOCK_MS : PKLIMIT_BATCH_LOCK_MS);
 		pklimit_begin_transaction("pklimit: purge");
 		force_index_plans();
-		pklimit_store_open(r->nspid, session->on_citus, &table);
+		pklimit_table_open(r->nspid, session->on_citus, &table);
 		if (table.citus)
 			pklimit_set_node_settings(session);
 		pklimit_remember_user(&worker);
@@ -489,7 +489,7 @@ pklimit_purge_status_0_2(PG_FUNCTION_ARGS)
 		elog(ERROR, "return type must be a row type");
 	found = last_status(&status);
 	status_columns(&status, found, values, nulls);
-	if (!pklimit_store_oldest_end(get_func_namespace(fcinfo->flinfo->fn_oid),
+	if (!pklimit_table_oldest_end(get_func_namespace(fcinfo->flinfo->fn_oid),
 								  &oldest, &any_row))
 		nulls[6] = nulls[7] = true; /* not known here */
 	else
