@@ -10,6 +10,9 @@ EXTENSION = pklimit
 # src/sql/pklimit.sql (rules below), and frozen; later versions ship update
 # scripts of their own, and CREATE EXTENSION walks the chain.
 DATA_built = pklimit--0.1.0.sql pklimit--0.2.0.sql pklimit--0.1.0--0.2.0.sql
+# the update scripts after 0.2.0, committed at the top level (never in
+# DATA_built, whose files make clean deletes): pklimit--0.2.0--0.3.0.sql
+DATA =
 PGFILEDESC = "pklimit - shared, exact, durable rate limits"
 
 # every sql/*.sql, every test/isolation/specs/*.spec, every test/t/*.pl
@@ -42,14 +45,17 @@ $(OBJS) $(OBJS:.o=.bc): src/pklimit.h src/compat.h
 # names its version, in order.
 sql_script = awk -v want=$(1) '/^--- [0-9. -]+ ---$$/ { on = 0; for (i = 2; i < NF; i++) if ($$i == want) on = 1; next } on' $< >$@
 
-pklimit--0.1.0.sql: src/sql/pklimit.sql
+pklimit--0.1.0.sql: src/sql/pklimit.sql Makefile
 	$(call sql_script,0.1.0)
 
-pklimit--0.2.0.sql: src/sql/pklimit.sql
+pklimit--0.2.0.sql: src/sql/pklimit.sql Makefile
 	$(call sql_script,0.2.0)
 
-pklimit--0.1.0--0.2.0.sql: src/sql/pklimit.sql
+pklimit--0.1.0--0.2.0.sql: src/sql/pklimit.sql Makefile
 	$(call sql_script,0.1.0--0.2.0)
+
+# a script whose rule fails is not left half-written
+.DELETE_ON_ERROR:
 
 # Lay out the sources as PostgreSQL's pgindent does.
 indent:

@@ -5,8 +5,8 @@
  *		they exchange.
  *
  * A call travels caller -> queue -> worker -> store -> answer.  The map of
- * the source files, one line each, is in CONTRIBUTING.md ("Code layout");
- * each file's header says what it owns and what it must not do.
+ * the source files is in CONTRIBUTING.md ("Code layout"); each file's
+ * header says what it owns and what it must not do.
  *
  * Locking: every piece of pklimit's shared memory (queue slots, worker
  * registry and back-offs, purge status, the statistics' entries) but the

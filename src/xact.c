@@ -37,15 +37,15 @@
 #include "pklimit.h"
 
 /*
- * The statement timer: when it runs out, the running statement is cancelled
- * as a cancel does, and pklimit_timer_ran_out() tells that apart from a
- * cancel from outside.
+ * The wait timer (for a Citus node's answer, or a purge's slice): when it
+ * runs out, the running statement is cancelled as a cancel does, and
+ * pklimit_timer_ran_out() tells that apart from a cancel from outside.
  */
-static TimeoutId statement_timeout = MAX_TIMEOUTS;
+static TimeoutId wait_timer = MAX_TIMEOUTS;
 static volatile sig_atomic_t timer_ran_out = false;
 
 static void
-statement_timer_handler(void)
+wait_timer_handler(void)
 {
 	timer_ran_out = true;
 	InterruptPending = true;
@@ -57,22 +57,23 @@ statement_timer_handler(void)
 void
 pklimit_timer_reset(void)
 {
-	if (statement_timeout == MAX_TIMEOUTS)
-		statement_timeout = RegisterTimeout(USER_TIMEOUT,
-											statement_timer_handler);
+	if (wait_timer == MAX_TIMEOUTS)
+		wait_timer = RegisterTimeout(USER_TIMEOUT, wait_timer_handler);
 	timer_ran_out = false;
 }
 
 void
 pklimit_timer_start(int ms)
 {
-	enable_timeout_after(statement_timeout, ms);
+	Assert(wait_timer != MAX_TIMEOUTS);
+	enable_timeout_after(wait_timer, ms);
 }
 
 void
 pklimit_timer_stop(void)
 {
-	disable_timeout(statement_timeout, false);
+	if (wait_timer != MAX_TIMEOUTS)
+		disable_timeout(wait_timer, false);
 }
 
 bool

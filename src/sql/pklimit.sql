@@ -51,7 +51,7 @@
 DO $check$
 DECLARE
 	installing pg_catalog.bool;
-	planted text;
+	planted pg_catalog.text;
 BEGIN
 	WITH pklimit_names(names) AS (
 		SELECT ARRAY['platformkit_is_system', 'platformkit_limits', 'pklimit_allow',
@@ -194,16 +194,10 @@ BEGIN
 			HINT = 'Drop or rename that column, then update again.';
 	END IF;
 	EXECUTE 'DROP INDEX IF EXISTS @extschema@.platformkit_limits_window_end_idx';
+	-- a relation of this name that is not an index on this table is
+	-- refused above, with the other planted names
 	EXECUTE 'CREATE INDEX IF NOT EXISTS platformkit_limits_purge_idx
 		ON @extschema@.platformkit_limits ((GREATEST(window_end, blocked_until)))';
-	IF NOT EXISTS (SELECT FROM pg_catalog.pg_index i
-				   WHERE i.indexrelid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits_purge_idx'::pg_catalog.regclass
-					 AND i.indrelid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits'::pg_catalog.regclass) THEN
-		RAISE EXCEPTION USING ERRCODE = 'duplicate_table',
-			MESSAGE = 'relation "platformkit_limits_purge_idx" is not pklimit''s',
-			DETAIL = 'Version 0.2.0 adds an index platformkit_limits_purge_idx on platformkit_limits.',
-			HINT = 'Drop or rename that relation, then update again.';
-	END IF;
 END
 $table$;
 --- 0.2.0 0.1.0--0.2.0 ---

@@ -22,8 +22,8 @@ $node->init;
 # exactly as they were released.
 my %released = (
 	'pklimit--0.1.0.sql' => '96a57631528e7f47bb48db7de5a68f1abbbf17ca01e74d94bc06a80071cb55f0',
-	'pklimit--0.2.0.sql' => '288d52f81473d13809f914976e8b66d1cc017a259c3e67375d5eaab382353648',
-	'pklimit--0.1.0--0.2.0.sql' => '74af1bcc210dd06f10074d89a4d558c813ba2c7c712fc4a4b12bbd9d33bfebd4');
+	'pklimit--0.2.0.sql' => '42b70c2f514e9d9b7826e52af2e1bc09597d22f68f138ef9d9855eed3b3dec11',
+	'pklimit--0.1.0--0.2.0.sql' => '8311f5496990d6a61272a61b069ccdfecf3cebcf125fa8d796563f35e8c1bcb8');
 my $extension_dir = $node->config_data('--sharedir') . '/extension';
 for my $script (sort keys %released)
 {
