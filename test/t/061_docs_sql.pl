@@ -5,6 +5,7 @@
 #   (none)                         run as a superuser in a new database with pklimit
 #   <!-- runs: without pklimit --> run in a new database without pklimit
 #   <!-- runs: in pg_cron's database -->  run where pg_cron keeps its jobs
+#       (with ", without pklimit": pklimit and pg_cron dropped there first)
 #   <!-- runs: as monitor -->      run as a pg_monitor member (or: as app)
 #   <!-- tested: test/t/X.pl -->   X reads this block, or has its statements
 #   <!-- illustrative -->          not run; it must hold a placeholder
@@ -119,7 +120,11 @@ for my $b (@blocks)
 		fail("$where: a block marked <!-- $marker --> is neither runnable nor illustrative");
 		next;
 	}
-	if ($db ne 'postgres')
+	if ($db eq 'postgres' && !$create)
+	{
+		$node->safe_psql('postgres', 'DROP EXTENSION pklimit; DROP EXTENSION pg_cron');
+	}
+	elsif ($db ne 'postgres')
 	{
 		$node->safe_psql('postgres', "CREATE DATABASE $db");
 		$node->safe_psql($db, 'CREATE EXTENSION pklimit') if $create;
@@ -133,6 +138,10 @@ for my $b (@blocks)
 	is(normalise($out), normalise($b->{output}), "$where: it prints the output shown")
 	  if defined $b->{output};
 	$node->safe_psql('postgres', "DROP DATABASE $db") if $db ne 'postgres';
+	# pg_cron's database as the later blocks find it, whatever this one did
+	$node->safe_psql('postgres', 'CREATE EXTENSION IF NOT EXISTS pg_cron; '
+		  . 'CREATE EXTENSION IF NOT EXISTS pklimit')
+	  if $db eq 'postgres' && !$create;
 }
 
 # links between the pages: a file that exists and, after '#', a heading of
