@@ -93,20 +93,35 @@ is_citus_table(Oid relid, bool on_citus)
  * the extension's own and has no trigger or rule, and, on Citus, an owner
  * that bypasses row level security.
  */
-void
-pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table)
+/*
+ * platformkit_limits in schema nspid if it is the extension's own, else
+ * InvalidOid: never a table of that name someone else created.
+ */
+static Oid
+own_table(Oid nspid)
 {
 	static Oid	checked_relid = InvalidOid; /* known to be the extension's */
 	Oid			relid = get_relname_relid("platformkit_limits", nspid);
+
+	if (!OidIsValid(relid) || relid == checked_relid)
+		return relid;
+	if (getExtensionOfObject(RelationRelationId, relid) !=
+		get_extension_oid("pklimit", true))
+		return InvalidOid;
+	checked_relid = relid;
+	return relid;
+}
+
+void
+pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table)
+{
+	Oid			relid = own_table(nspid);
 	HeapTuple	tuple;
 	bool		has_triggers;
 	bool		has_rules;
 
 	/* only the extension's own table: its owner is the role we become */
-	if (!OidIsValid(relid) ||
-		(relid != checked_relid &&
-		 getExtensionOfObject(RelationRelationId, relid) !=
-		 get_extension_oid("pklimit", true)))
+	if (!OidIsValid(relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("pklimit table \"platformkit_limits\" does not exist"),
@@ -150,8 +165,6 @@ pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table)
 					 errdetail("Triggers, foreign keys referencing the table and rules would run with the table owner's privileges."),
 					 errhint("Drop them; pklimit's table must have none.")));
 	}
-
-	checked_relid = relid;
 
 	/* Citus takes a table in under this lock, so the answer is current */
 	if (on_citus)
@@ -242,7 +255,7 @@ purge_index(Oid nspid, Oid relid)
 bool
 pklimit_table_oldest_end(Oid nspid, TimestampTz *oldest, bool *found)
 {
-	Oid			relid = get_relname_relid("platformkit_limits", nspid);
+	Oid			relid = own_table(nspid);
 	Oid			indexid;
 	bool		on_citus;
 	Relation	rel;
@@ -253,8 +266,6 @@ pklimit_table_oldest_end(Oid nspid, TimestampTz *oldest, bool *found)
 
 	*found = false;
 	if (!OidIsValid(relid) ||
-		getExtensionOfObject(RelationRelationId, relid) !=
-		get_extension_oid("pklimit", true) ||
 		!OidIsValid(indexid = purge_index(nspid, relid)) ||
 		!ConditionalLockRelationOid(relid, AccessShareLock) ||
 		!ConditionalLockRelationOid(indexid, AccessShareLock))

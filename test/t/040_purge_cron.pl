@@ -15,27 +15,13 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
+use PklimitTest;
 
-my $node = PostgreSQL::Test::Cluster->new('cron');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'pklimit,pg_cron'
-cron.database_name = 'postgres'
-cron.use_background_workers = on
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION pg_cron');
+my $node = pklimit_cron_node('cron', "cron.use_background_workers = on\n");
 
 # pg_cron as it comes: jobs run over a connection to cron.host (localhost,
 # over TCP), and this server listens on its socket only
-my $stock = PostgreSQL::Test::Cluster->new('stock');
-$stock->init;
-$stock->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'pklimit,pg_cron'
-cron.database_name = 'postgres'
-});
-$stock->start;
-$stock->safe_psql('postgres', 'CREATE EXTENSION pg_cron');
+my $stock = pklimit_cron_node('stock');
 
 my $jobs = "SELECT string_agg(format('%s|%s|%s', jobname, schedule, command), ',') FROM cron.job";
 

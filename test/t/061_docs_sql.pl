@@ -58,17 +58,9 @@ ok(@blocks >= 10, scalar(@blocks) . ' sql blocks found');
 # one server for the runnable blocks: pklimit and pg_cron preloaded, pg_cron
 # in database postgres, a database app beside it, a pg_monitor member and an
 # application role
-my $node = PostgreSQL::Test::Cluster->new('docs_sql');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'pklimit,pg_cron'
-cron.database_name = 'postgres'
-cron.use_background_workers = on
-max_worker_processes = 16
-});
-$node->start;
+my $node = pklimit_cron_node('docs_sql',
+	"cron.use_background_workers = on\nmax_worker_processes = 16\n");
 $node->safe_psql('postgres', q{
-	CREATE EXTENSION pg_cron;
 	CREATE EXTENSION pklimit;
 	CREATE ROLE monitor LOGIN IN ROLE pg_monitor;
 	CREATE ROLE app LOGIN;

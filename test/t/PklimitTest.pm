@@ -18,7 +18,7 @@ if (!defined $ENV{PG_REGRESS})
 	$ENV{PG_REGRESS} = dirname($pgxs) . '/../test/regress/pg_regress';
 }
 
-our @EXPORT = qw(pklimit_node worker_pid timed_psql pg_major extension_catalog);
+our @EXPORT = qw(pklimit_node pklimit_cron_node worker_pid timed_psql pg_major extension_catalog);
 
 # The major version of the PostgreSQL under test (pg_config on the PATH).
 sub pg_major
@@ -39,6 +39,22 @@ sub pklimit_node
 		"shared_preload_libraries = 'pklimit'\n" . ($conf // ''));
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION pklimit');
+	return $node;
+}
+
+# A started node with pklimit and pg_cron preloaded, pg_cron's jobs kept in
+# database postgres, where the pg_cron extension is created (pklimit is not);
+# $conf is added to postgresql.conf.
+sub pklimit_cron_node
+{
+	my ($name, $conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf',
+		"shared_preload_libraries = 'pklimit,pg_cron'\ncron.database_name = 'postgres'\n"
+		  . ($conf // ''));
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION pg_cron');
 	return $node;
 }
 
