@@ -6,13 +6,11 @@ OBJS = src/pklimit.o src/api.o src/key.o src/queue.o src/registry.o src/worker.o
 	src/guards.o src/cron.o
 
 EXTENSION = pklimit
-# The scripts of releases 0.1.0 and 0.2.0 are written from one source,
-# src/sql/pklimit.sql (rules below), and frozen; later versions ship update
-# scripts of their own, and CREATE EXTENSION walks the chain.
-DATA_built = pklimit--0.1.0.sql pklimit--0.2.0.sql pklimit--0.1.0--0.2.0.sql
-# the update scripts after 0.2.0, committed at the top level (never in
-# DATA_built, whose files make clean deletes): pklimit--0.2.0--0.3.0.sql
-DATA =
+# Every script is written from one source, src/sql/pklimit.sql (rules
+# below); released ones are frozen.  After 0.2.0 there are only updates,
+# and CREATE EXTENSION walks the chain.
+DATA_built = pklimit--0.1.0.sql pklimit--0.2.0.sql pklimit--0.1.0--0.2.0.sql \
+	pklimit--0.2.0--0.3.0.sql
 PGFILEDESC = "pklimit - shared, exact, durable rate limits"
 
 # every sql/*.sql, every test/isolation/specs/*.spec, every test/t/*.pl
@@ -53,6 +51,9 @@ pklimit--0.2.0.sql: src/sql/pklimit.sql Makefile
 
 pklimit--0.1.0--0.2.0.sql: src/sql/pklimit.sql Makefile
 	$(call sql_script,0.1.0--0.2.0)
+
+pklimit--0.2.0--0.3.0.sql: src/sql/pklimit.sql Makefile
+	$(call sql_script,0.2.0--0.3.0)
 
 # a script whose rule fails is not left half-written
 .DELETE_ON_ERROR:

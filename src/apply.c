@@ -112,11 +112,11 @@ pklimit_waits_with(const PklimitRequest *r, const PklimitRequest *set_aside)
 
 /*
  * Group the n entries into units applied together (unit.c): consecutive
- * entries of a folding kind on one key fold, as long as no other entry on
- * that key comes between them and none is marked unfold (their window
- * lengths may differ: a key has one window at a time, so they all count in
- * the window the first of them finds open or starts); the requests of one
- * group make one unit.  Each entry's unit is set; returns the number of
+ * entries of a folding kind on one key, of no group, fold, as long as no
+ * other entry on that key comes between them and none is marked unfold
+ * (their window lengths may differ: a key has one state at a time, so they
+ * all count in the one the first of them finds open or starts); the
+ * requests of one group make one unit.  Each entry's unit is set; returns the number of
  * units, which keep the order of their first entry.
  */
 static int
@@ -127,7 +127,8 @@ fold(PklimitEntry **entries, int n, Unit *units)
 	for (int j = 0; j < n; j++)
 	{
 		PklimitEntry *e = entries[j];
-		bool		folds = pklimit_op_rules(e->request.kind).folds && !e->unfold;
+		bool		folds = pklimit_op_rules(e->request.kind).folds &&
+		!e->unfold && e->request.group == 0;
 		int			u = -1;
 
 		for (int v = 0; v < nunits; v++)

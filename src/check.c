@@ -2,9 +2,9 @@
  *
  * check.c
  *		The recording calls: pklimit_allow and pklimit_check on one key
- *		(with the arguments of 0.1.0, and with cost, record_refused and block
- *		from 0.2.0), and pklimit_check_all and pklimit_allow_all on several
- *		keys at once.  Each checks its arguments, makes its requests (one per
+ *		(with the arguments of 0.1.0, with cost, record_refused and block
+ *		from 0.2.0, and with algorithm from 0.3.0), and pklimit_check_all
+ *		and pklimit_allow_all on several keys at once (0.2.0 and 0.3.0).  Each checks its arguments, makes its requests (one per
  *		key; the keys of one call make one group, recorded together or not
  *		at all) and turns the answers into its result.  What a call decides
  *		is the worker's (unit.c, limit.c); nothing here touches the table.
@@ -28,6 +28,18 @@
 #define CHECK_COLUMNS 6
 
 /*
+ * The arguments of a function, by the release that made it: 0.1.0's record
+ * one event of a fixed window, every attempt counted, no block; 0.2.0's
+ * take cost, record_refused and block; 0.3.0's the algorithm too.
+ */
+typedef enum Arguments
+{
+	ARGS_0_1,
+	ARGS_0_2,
+	ARGS_0_3
+} Arguments;
+
+/*
  * The kind of request a call makes: a peek, a hit (folded with others on its
  * key, as limit.c allows), or a call decided on its locked row, as every key
  * of a call on several keys is.
@@ -43,11 +55,12 @@ kind_of(const PklimitCall *call, int keys)
 }
 
 /*
- * The options of a 0.2.0 call, from argument first on: cost (events, 0 or
- * more), record_refused, and block (NULL: none).
+ * The options of a call, from argument first on: cost (events, 0 or more),
+ * record_refused, block (NULL: none) and, from 0.3.0, algorithm.
  */
 static void
-options_args(FunctionCallInfo fcinfo, int first, PklimitCall *call)
+options_args(FunctionCallInfo fcinfo, int first, Arguments args,
+			 PklimitCall *call)
 {
 	pklimit_arg_not_null(fcinfo, first, "cost");
 	pklimit_arg_not_null(fcinfo, first + 1, "record_refused");
@@ -61,15 +74,18 @@ options_args(FunctionCallInfo fcinfo, int first, PklimitCall *call)
 	call->record_refused = PG_GETARG_BOOL(first + 1);
 	call->block_usec = PG_ARGISNULL(first + 2) ? 0 :
 		pklimit_window_value(PG_GETARG_INTERVAL_P(first + 2), "block");
+	call->algorithm = PKLIMIT_FIXED;
+	if (args >= ARGS_0_3)
+	{
+		pklimit_arg_not_null(fcinfo, first + 3, "algorithm");
+		call->algorithm = pklimit_algorithm_value(PG_GETARG_TEXT_PP(first + 3),
+												  "algorithm");
+	}
 }
 
-/*
- * The arguments of a call on one key: key, max_count, window, and the
- * options if with_options (0.2.0); 0.1.0's record one event, every attempt
- * counted, no block.
- */
+/* The arguments of a call on one key: key, max_count, window, options. */
 static char *
-key_call_args(FunctionCallInfo fcinfo, bool with_options, PklimitCall *call)
+key_call_args(FunctionCallInfo fcinfo, Arguments args, PklimitCall *call)
 {
 	char	   *stored_key;
 
@@ -82,8 +98,9 @@ key_call_args(FunctionCallInfo fcinfo, bool with_options, PklimitCall *call)
 	call->window_usec = pklimit_window_value(PG_GETARG_INTERVAL_P(2), "window");
 	call->cost = 1;
 	call->record_refused = true;
-	if (with_options)
-		options_args(fcinfo, 3, call);
+	call->algorithm = PKLIMIT_FIXED;
+	if (args >= ARGS_0_2)
+		options_args(fcinfo, 3, args, call);
 	return stored_key;
 }
 
@@ -147,11 +164,11 @@ check_columns(const PklimitCall *call, const PklimitAnswer *answer,
 		Interval   *retry_after = palloc0(sizeof(Interval));
 
 		if (!r->allowed)
-			retry_after->time = r->refused_until - r->event_at;
+			retry_after->time = r->retry_at - r->event_at;
 		values[1] = Int64GetDatum(r->count);
-		values[2] = Int64GetDatum(r->allowed ? call->max_count - r->count : 0);
-		values[3] = TimestampTzGetDatum(r->allowed ? r->window_end :
-										r->refused_until);
+		values[2] = Int64GetDatum(r->allowed ?
+								  Max(call->max_count - r->count, 0) : 0);
+		values[3] = TimestampTzGetDatum(r->reset_at);
 		values[4] = IntervalPGetDatum(retry_after);
 	}
 	else
@@ -160,10 +177,10 @@ check_columns(const PklimitCall *call, const PklimitAnswer *answer,
 
 /* pklimit_check's row for a call on one key. */
 static Datum
-check_row(FunctionCallInfo fcinfo, bool with_options)
+check_row(FunctionCallInfo fcinfo, Arguments args)
 {
 	PklimitCall call;
-	char	   *stored_key = key_call_args(fcinfo, with_options, &call);
+	char	   *stored_key = key_call_args(fcinfo, args, &call);
 	PklimitAnswer answer;
 	TupleDesc	tupdesc;
 	Datum		values[CHECK_COLUMNS];
@@ -194,15 +211,16 @@ pklimit_allow_default(PG_FUNCTION_ARGS)
 	call.window_usec = pklimit_default_window_usec;
 	call.cost = 1;
 	call.record_refused = true;
+	call.algorithm = PKLIMIT_FIXED;
 	PG_RETURN_BOOL(run_calls(fcinfo, &stored_key, &call, &answer, 1, &shadow));
 }
 
-/* pklimit_allow on one key, with the options of 0.2.0 or without. */
+/* pklimit_allow on one key, with the arguments of a release. */
 static bool
-allow_one(FunctionCallInfo fcinfo, bool options)
+allow_one(FunctionCallInfo fcinfo, Arguments args)
 {
 	PklimitCall call;
-	char	   *stored_key = key_call_args(fcinfo, options, &call);
+	char	   *stored_key = key_call_args(fcinfo, args, &call);
 	PklimitAnswer answer;
 	bool		shadow;
 
@@ -214,7 +232,7 @@ PG_FUNCTION_INFO_V1(pklimit_allow);
 Datum
 pklimit_allow(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(allow_one(fcinfo, false));
+	PG_RETURN_BOOL(allow_one(fcinfo, ARGS_0_1));
 }
 
 /* pklimit_check(key, max_count, window) of 0.1.0. */
@@ -222,7 +240,7 @@ PG_FUNCTION_INFO_V1(pklimit_check);
 Datum
 pklimit_check(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_DATUM(check_row(fcinfo, false));
+	PG_RETURN_DATUM(check_row(fcinfo, ARGS_0_1));
 }
 
 /* pklimit_allow(key, max_count, window, cost, record_refused, block). */
@@ -230,7 +248,18 @@ PG_FUNCTION_INFO_V1(pklimit_allow_0_2);
 Datum
 pklimit_allow_0_2(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(allow_one(fcinfo, true));
+	PG_RETURN_BOOL(allow_one(fcinfo, ARGS_0_2));
+}
+
+/*
+ * pklimit_allow(key, max_count, window, cost, record_refused, block,
+ * algorithm).
+ */
+PG_FUNCTION_INFO_V1(pklimit_allow_0_3);
+Datum
+pklimit_allow_0_3(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(allow_one(fcinfo, ARGS_0_3));
 }
 
 /* pklimit_check(key, max_count, window, cost, record_refused, block). */
@@ -238,7 +267,18 @@ PG_FUNCTION_INFO_V1(pklimit_check_0_2);
 Datum
 pklimit_check_0_2(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_DATUM(check_row(fcinfo, true));
+	PG_RETURN_DATUM(check_row(fcinfo, ARGS_0_2));
+}
+
+/*
+ * pklimit_check(key, max_count, window, cost, record_refused, block,
+ * algorithm).
+ */
+PG_FUNCTION_INFO_V1(pklimit_check_0_3);
+Datum
+pklimit_check_0_3(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_DATUM(check_row(fcinfo, ARGS_0_3));
 }
 
 /* The elements of a one-dimensional array argument, none NULL. */
@@ -290,11 +330,12 @@ element_context(void *arg)
 /*
  * The arguments of a call on several keys: keys, max_counts and windows, as
  * many of each, 1 to PKLIMIT_GROUP_MAX, no key twice (after its tenant is
- * applied), and the options.  Returns how many keys.
+ * applied), and the options, one algorithm for every key.  Returns how many
+ * keys.
  */
 static int
-group_args(FunctionCallInfo fcinfo, text **keys, char **stored_keys,
-		   PklimitCall *calls)
+group_args(FunctionCallInfo fcinfo, Arguments args, text **keys,
+		   char **stored_keys, PklimitCall *calls)
 {
 	Datum	   *key_datums;
 	Datum	   *max_datums;
@@ -323,7 +364,7 @@ group_args(FunctionCallInfo fcinfo, text **keys, char **stored_keys,
 				 errmsg("too many keys for one call"),
 				 errdetail("A call can name at most %d keys; it names %d.",
 						   PKLIMIT_GROUP_MAX, n)));
-	options_args(fcinfo, 3, &options);
+	options_args(fcinfo, 3, args, &options);
 	context.arg = &element;
 	context.callback = element_context;
 	context.previous = error_context_stack;
@@ -358,16 +399,15 @@ group_args(FunctionCallInfo fcinfo, text **keys, char **stored_keys,
  * (key, then the columns of pklimit_check).  All keys are recorded in one
  * worker transaction, all of them or none.
  */
-PG_FUNCTION_INFO_V1(pklimit_check_all);
-Datum
-pklimit_check_all(PG_FUNCTION_ARGS)
+static Datum
+check_all(FunctionCallInfo fcinfo, Arguments args)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	text	   *keys[PKLIMIT_GROUP_MAX];
 	char	   *stored_keys[PKLIMIT_GROUP_MAX];
 	PklimitCall calls[PKLIMIT_GROUP_MAX];
 	PklimitAnswer answers[PKLIMIT_GROUP_MAX];
-	int			n = group_args(fcinfo, keys, stored_keys, calls);
+	int			n = group_args(fcinfo, args, keys, stored_keys, calls);
 	bool		allowed;
 	bool		shadow;
 
@@ -390,16 +430,47 @@ pklimit_check_all(PG_FUNCTION_ARGS)
 }
 
 /* Several limits in one call: true iff every one allows. */
-PG_FUNCTION_INFO_V1(pklimit_allow_all);
-Datum
-pklimit_allow_all(PG_FUNCTION_ARGS)
+static bool
+allow_all(FunctionCallInfo fcinfo, Arguments args)
 {
 	text	   *keys[PKLIMIT_GROUP_MAX];
 	char	   *stored_keys[PKLIMIT_GROUP_MAX];
 	PklimitCall calls[PKLIMIT_GROUP_MAX];
 	PklimitAnswer answers[PKLIMIT_GROUP_MAX];
-	int			n = group_args(fcinfo, keys, stored_keys, calls);
+	int			n = group_args(fcinfo, args, keys, stored_keys, calls);
 	bool		shadow;
 
-	PG_RETURN_BOOL(run_calls(fcinfo, stored_keys, calls, answers, n, &shadow));
+	return run_calls(fcinfo, stored_keys, calls, answers, n, &shadow);
+}
+
+/* pklimit_check_all(keys, max_counts, windows, cost, record_refused, block) */
+PG_FUNCTION_INFO_V1(pklimit_check_all);
+Datum
+pklimit_check_all(PG_FUNCTION_ARGS)
+{
+	return check_all(fcinfo, ARGS_0_2);
+}
+
+/* pklimit_check_all(..., algorithm) of 0.3.0 */
+PG_FUNCTION_INFO_V1(pklimit_check_all_0_3);
+Datum
+pklimit_check_all_0_3(PG_FUNCTION_ARGS)
+{
+	return check_all(fcinfo, ARGS_0_3);
+}
+
+/* pklimit_allow_all(keys, max_counts, windows, cost, record_refused, block) */
+PG_FUNCTION_INFO_V1(pklimit_allow_all);
+Datum
+pklimit_allow_all(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(allow_all(fcinfo, ARGS_0_2));
+}
+
+/* pklimit_allow_all(..., algorithm) of 0.3.0 */
+PG_FUNCTION_INFO_V1(pklimit_allow_all_0_3);
+Datum
+pklimit_allow_all_0_3(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(allow_all(fcinfo, ARGS_0_3));
 }

@@ -2,28 +2,33 @@
  *
  * limit.c
  *		The rules of a limit, and nowhere else: the lengths a window (or a
- *		block) may have, and what one call does to a key's row, as pure
- *		functions of the row and the call: fixed windows aligned to the Unix
- *		epoch, one window per key at a time, cost, record_refused, block
- *		and the cap of a count.  The folded upsert (store.c's hit) applies
- *		the same rules in SQL: their fragments are written here, each beside
- *		the C it mirrors.  The README's table of rules and the conformance
- *		test's model say the same.  Nothing here reads or writes the table:
- *		unit.c brings the row and writes what comes out, store.c runs the
- *		statements.
+ *		block) may have, the algorithms (fixed window, GCRA, sliding
+ *		window), and what one call does to a key's row, as pure functions
+ *		of the row and the call: one state per key, cost, record_refused,
+ *		block and the cap of a count.  The folded upsert (store.c's hit)
+ *		applies the fixed window's rules in SQL: their fragments are written
+ *		here, each beside the C it mirrors.  docs/algorithms.md says the
+ *		same, and the conformance tests' models check it.  Nothing here
+ *		reads or writes the table: unit.c brings the row and writes what
+ *		comes out, store.c runs the statements.
  *
  * One call at time now on a key whose row is before:
  *
  *	blocked		before.blocked_until > now: refused; nothing changes
- *	peek		cost 0: allowed iff count + 1 <= max_count; nothing changes
- *	otherwise	allowed iff count + cost <= max_count (the sum saturating at
- *				the largest bigint, as the count does), where count is the
- *				count of the key's open window (0 if none is open); if
- *				recorded (allowed, or record_refused), the cost is added in
- *				the open window, or in a new window of the call's length
- *				starting at the fixed boundary before now; a refusal with a
- *				block starts one: blocked_until is now + block, or the end of
- *				the window if that is later
+ *	state		the row's state if open at now (a fixed window not ended, a
+ *				GCRA bucket not empty, a sliding window's count still
+ *				weighing), decided by its algorithm and window; otherwise a
+ *				new, empty state of the call's algorithm and window
+ *	peek		cost 0: allowed iff the state allows one event more;
+ *				nothing changes
+ *	otherwise	allowed iff the state allows cost events more under
+ *				max_count; if recorded (allowed, or record_refused), the
+ *				state counts them; a refusal with a block starts one:
+ *				blocked_until is now + block, or when the refusal would end
+ *				without it if that is later
+ *
+ * Decisions are exact: integers, scaled and compared in 128 bits, never a
+ * rounded emission interval or a floating-point weight.
  *
  * In a call on several keys, a key is recorded if every key allows, or if
  * record_refused; its own refusal alone starts its block.
@@ -33,11 +38,17 @@
 #include "postgres.h"
 
 #include "common/int.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
 #include "pklimit.h"
+
+/* The decisions' arithmetic is in 128 bits, which PostgreSQL's has too. */
+#ifndef HAVE_INT128
+#error "pklimit needs a compiler with 128-bit integers"
+#endif
 
 /* Longest window accepted: far beyond any rate limit, far inside timestamptz. */
 #define MAX_WINDOW_DAYS 3650000
@@ -131,10 +142,52 @@ pklimit_window_value(const Interval *window, const char *what)
 	return usec;
 }
 
+/* The names of the algorithms, as the algorithm argument and the row say. */
+static const char *const algorithm_names[] = {
+	[PKLIMIT_FIXED] = "fixed",
+	[PKLIMIT_GCRA] = "gcra",
+	[PKLIMIT_SLIDING] = "sliding",
+};
+
+const char *
+pklimit_algorithm_name(PklimitAlgorithm algorithm)
+{
+	return algorithm_names[algorithm];
+}
+
+/* The algorithm of a name; false if there is none of that name. */
+bool
+pklimit_algorithm_of_name(const char *name, PklimitAlgorithm *algorithm)
+{
+	for (int a = 0; a < lengthof(algorithm_names); a++)
+		if (strcmp(name, algorithm_names[a]) == 0)
+		{
+			*algorithm = (PklimitAlgorithm) a;
+			return true;
+		}
+	return false;
+}
+
+/* The algorithm a caller named. */
+PklimitAlgorithm
+pklimit_algorithm_value(text *name, const char *what)
+{
+	char	   *s = text_to_cstring(name);
+	PklimitAlgorithm algorithm;
+
+	if (!pklimit_algorithm_of_name(s, &algorithm))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown %s \"%s\"", what, s),
+				 errhint("The algorithms are fixed, gcra and sliding.")));
+	pfree(s);
+	return algorithm;
+}
+
 /*
  * The SQL fragments below are of the folded upsert (store.c), on the key's
  * row l: $1 is the key, $2 and $3 the start and end of the window the call
- * would start, $4 the events, $5 now.
+ * would start, $4 the events, $5 now, $6 the last call's max_count.
  */
 
 /* 1970-01-01 00:00:00+00 as a TimestampTz: where fixed windows are aligned */
@@ -158,17 +211,11 @@ window_start(TimestampTz now, int64 window_usec)
 void
 pklimit_new_window(TimestampTz now, int64 window_usec, PklimitRow *row)
 {
+	memset(row, 0, sizeof(*row));
 	row->exists = true;
+	row->algorithm = PKLIMIT_FIXED;
 	row->window_start = window_start(now, window_usec);
 	row->window_end = row->window_start + window_usec;
-	row->count = 0;
-}
-
-/* Is the row's window open at now? */
-bool
-pklimit_window_open(const PklimitRow *row, TimestampTz now)
-{
-	return row->exists && row->window_end > now;
 }
 
 #define SQL_WINDOW_OPEN "l.window_end OPERATOR(pg_catalog.>) $5"
@@ -203,27 +250,397 @@ pklimit_add_events(int64 count, int64 events)
 	"        THEN " SQL_COUNT_MAX \
 	"        ELSE l.count OPERATOR(pg_catalog.+) $4 END"
 
+/* a / b rounded up, for b > 0 */
+static int128
+ceil_div(int128 a, int128 b)
+{
+	return a > 0 ? (a + b - 1) / b : -((-a) / b);
+}
+
+/* A count of 128 bits, held to the cap. */
+static int64
+capped(int128 count)
+{
+	return count > COUNT_MAX ? COUNT_MAX : (int64) count;
+}
+
+/*
+ * A key's state at the moment of a call, as the call decides on it and
+ * changes it: the open state of the key's row, or a new, empty one of the
+ * call's algorithm and window.
+ *
+ * fixed: the window [start, start + window) and its count.
+ * gcra: tat = since + steps * window / max, exactly (since alone when max
+ *		is 0, when steps is 0 too).
+ * sliding: the window [start, start + window) holding now, current its
+ *		count, previous the count of the window before.
+ */
+typedef struct State
+{
+	PklimitAlgorithm algorithm;
+	int64		window;
+	bool		from_row;		/* the row's open state */
+	TimestampTz start;			/* fixed, sliding */
+	int64		count;			/* fixed: the window's; sliding: current */
+	int64		previous;		/* sliding */
+	TimestampTz since;			/* gcra */
+	int64		steps;
+	int64		max;
+} State;
+
+/* The window of a row's state: every algorithm keeps it the same way. */
+static int64
+row_window(const PklimitRow *row)
+{
+	return row->window_end - row->window_start;
+}
+
+/* GCRA: (tat - now) * max, the bucket's level scaled, for max > 0. */
+static int128
+gcra_level(const State *st, TimestampTz now)
+{
+	return (int128) (st->since - now) * st->max + (int128) st->steps * st->window;
+}
+
+/* GCRA: tat rounded up to a microsecond. */
+static TimestampTz
+gcra_tat_ceil(const State *st)
+{
+	if (st->steps == 0)
+		return st->since;
+	return st->since + (int64) ceil_div((int128) st->steps * st->window, st->max);
+}
+
+/*
+ * Is the state of row open at now: a fixed window not yet ended, a GCRA
+ * bucket not yet empty, a sliding window's count still weighing (until the
+ * end of the window after its current one)?
+ */
+static bool
+row_open(const PklimitRow *row, TimestampTz now)
+{
+	if (!row->exists)
+		return false;
+	switch (row->algorithm)
+	{
+		case PKLIMIT_FIXED:
+			break;
+		case PKLIMIT_GCRA:
+			if (row->count == 0 || row->max_count <= 0)
+				return row->window_start > now;
+			return (int128) (row->window_start - now) * row->max_count +
+				(int128) row->count * row_window(row) > 0;
+		case PKLIMIT_SLIDING:
+			return row->window_end + row_window(row) > now;
+	}
+	return row->window_end > now;
+}
+
+/* Whole windows moved into since, so that steps stays below max. */
+static void
+gcra_normalize(State *st, int128 steps)
+{
+	int128		windows = st->max > 0 ? steps / st->max : 0;
+
+	st->since += (int64) windows * st->window;
+	st->steps = (int64) (steps - windows * st->max);
+}
+
+/* The state a call at now decides on (the top of the file). */
+static void
+state_of(const PklimitRow *row, const PklimitCall *call, TimestampTz now,
+		 State *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->from_row = row_open(row, now);
+	st->algorithm = st->from_row ? row->algorithm : call->algorithm;
+	st->window = st->from_row ? row_window(row) : call->window_usec;
+	switch (st->algorithm)
+	{
+		case PKLIMIT_FIXED:
+			st->start = st->from_row ? row->window_start :
+				window_start(now, st->window);
+			st->count = st->from_row ? row->count : 0;
+			break;
+		case PKLIMIT_GCRA:
+			st->since = st->from_row ? row->window_start : now;
+			st->steps = st->from_row ? row->count : 0;
+			st->max = st->from_row ? row->max_count : call->max_count;
+			/* steps of another max_count: rounded up to the call's */
+			if (call->max_count > 0 && st->max != call->max_count)
+			{
+				int128		steps = st->steps == 0 ? 0 :
+				ceil_div((int128) st->steps * call->max_count, st->max);
+
+				st->max = call->max_count;
+				gcra_normalize(st, steps);
+			}
+			break;
+		case PKLIMIT_SLIDING:
+			st->start = window_start(now, st->window);
+			/* (a clock that went back finds the row's window later) */
+			if (st->from_row && row->window_start >= st->start)
+			{
+				st->start = row->window_start;
+				st->count = row->count;
+				st->previous = row->previous_count;
+			}
+			else if (st->from_row)
+				st->previous = row->count;	/* the window before */
+			break;
+	}
+}
+
+/* Does the state allow events more, under max_count, at now? */
+static bool
+state_allows(const State *st, int64 max_count, int64 events, TimestampTz now)
+{
+	int128		w = st->window;
+
+	if (max_count == 0)
+		return false;
+	switch (st->algorithm)
+	{
+		case PKLIMIT_FIXED:
+			return pklimit_add_events(st->count, events) <= max_count;
+		case PKLIMIT_GCRA:
+			return Max(gcra_level(st, now), 0) + events * w <=
+				w * max_count;
+		case PKLIMIT_SLIDING:
+			return (int128) st->previous * (w - (now - st->start)) +
+				((int128) st->count + events) * w <= (int128) max_count * w;
+	}
+	return false;
+}
+
+/* Record a call's events in the state; allowed: its limit allowed them. */
+static void
+state_record(State *st, const PklimitCall *call, bool allowed,
+			 TimestampTz now)
+{
+	switch (st->algorithm)
+	{
+		case PKLIMIT_FIXED:
+		case PKLIMIT_SLIDING:
+			st->count = pklimit_add_events(st->count, call->cost);
+			break;
+		case PKLIMIT_GCRA:
+			{
+				int128		steps;
+
+				/* an empty bucket starts again from now */
+				if (st->max == 0 || gcra_level(st, now) <= 0)
+				{
+					st->since = now;
+					st->steps = 0;
+				}
+				st->max = call->max_count;
+				steps = (int128) st->steps + call->cost;
+				/* a refusal fills the bucket at most: tat <= now + window */
+				if (!allowed &&
+					(st->max == 0 ||
+					 (int128) (st->since - now) * st->max +
+					 steps * st->window > (int128) st->window * st->max))
+				{
+					st->since = now + st->window;
+					steps = 0;
+				}
+				gcra_normalize(st, steps);
+			}
+			break;
+	}
+}
+
+/* The row of a state, as the table keeps it (docs/algorithms.md). */
+static void
+state_to_row(const State *st, TimestampTz now, PklimitRow *row)
+{
+	row->exists = true;
+	row->algorithm = st->algorithm;
+	row->previous_count = 0;
+	row->expires_at = 0;
+	switch (st->algorithm)
+	{
+		case PKLIMIT_FIXED:
+			row->window_start = st->start;
+			row->count = st->count;
+			break;
+		case PKLIMIT_GCRA:
+			row->window_start = st->since;
+			row->count = st->steps;
+			row->max_count = st->max;
+			break;
+		case PKLIMIT_SLIDING:
+			row->window_start = st->start;
+			row->count = st->count;
+			row->previous_count = st->previous;
+			row->expires_at = st->start + 2 * st->window;
+			break;
+	}
+	row->window_end = row->window_start + st->window;
+}
+
+/* The state's count at now, for the caller: in the state's terms. */
+static int64
+state_count(const State *st, TimestampTz now)
+{
+	int128		w = st->window;
+
+	switch (st->algorithm)
+	{
+		case PKLIMIT_FIXED:
+			return st->count;
+		case PKLIMIT_GCRA:
+			if (st->max == 0)
+				return 0;
+			return capped(Max(ceil_div(gcra_level(st, now), w), 0));
+		case PKLIMIT_SLIDING:
+			return capped(ceil_div((int128) st->previous * (w - (now - st->start)) +
+								   (int128) st->count * w, w));
+	}
+	return 0;
+}
+
+/*
+ * When the state is back to zero: a fixed window's end (the window it
+ * counts in, if it counts, of the row's state only), a GCRA bucket's tat,
+ * the end of the window after a sliding window's last events; now if
+ * nothing weighs.
+ */
+static TimestampTz
+state_reset(const State *st, bool counts, TimestampTz now)
+{
+	TimestampTz reset = now;
+
+	switch (st->algorithm)
+	{
+		case PKLIMIT_FIXED:
+			if (counts || st->from_row)
+				reset = st->start + st->window;
+			break;
+		case PKLIMIT_GCRA:
+			reset = gcra_tat_ceil(st);
+			break;
+		case PKLIMIT_SLIDING:
+			if (st->count > 0)
+				reset = st->start + 2 * st->window;
+			else if (st->previous > 0)
+				reset = st->start + st->window;
+			break;
+	}
+	return Max(reset, now);
+}
+
+/*
+ * When a call of events under max_count would next be allowed on the state,
+ * if nothing else were recorded; the state's reset if no wait can allow it.
+ */
+static TimestampTz
+state_retry(const State *st, int64 max_count, int64 events, TimestampTz now)
+{
+	int128		w = st->window;
+	TimestampTz retry;
+
+	if (events > max_count)
+		return state_reset(st, true, now);
+	switch (st->algorithm)
+	{
+		case PKLIMIT_FIXED:
+			retry = st->start + st->window;
+			break;
+		case PKLIMIT_GCRA:
+			{
+				/* max(tat, now) + events * T - window, scaled by max */
+				int128		late = Max(gcra_level(st, now), 0) +
+				events * w - w * max_count;
+
+				retry = now + (int64) Max(ceil_div(late, max_count), 0);
+			}
+			break;
+		case PKLIMIT_SLIDING:
+			{
+				int128		room = (int128) max_count - st->count - events;
+
+				/* in the current window, as the previous count weighs less */
+				if (room >= 0 && st->previous > 0 &&
+					ceil_div(w * ((int128) st->previous - room), st->previous) < w)
+					retry = st->start + (int64)
+						Max(ceil_div(w * ((int128) st->previous - room),
+									 st->previous), 0);
+				else if (room >= 0 && st->previous == 0)
+					retry = now;
+				/* in the next, where the current count is the previous */
+				else if (st->count == 0)
+					retry = st->start + st->window;
+				else
+					retry = st->start + st->window + (int64)
+						Max(ceil_div(w * ((int128) st->count + events - max_count),
+									 st->count), 0);
+			}
+			break;
+		default:
+			retry = now;
+	}
+	return Max(retry, now);
+}
+
+/* The count, reset and retry a call on the state at now answers. */
+static void
+describe(const State *st, const PklimitRow *after, const PklimitCall *call,
+		 TimestampTz now, PklimitDecision *decision)
+{
+	int64		events = Max(call->cost, 1);
+	bool		counts = !decision->blocked || st->from_row;
+
+	decision->count = state_count(st, now);
+	decision->reset_at = state_reset(st, counts, now);
+	/* refused by a block alone: the block's end */
+	decision->retry_at =
+		(decision->allowed || state_allows(st, call->max_count, events, now)) ?
+		now : state_retry(st, call->max_count, events, now);
+	if (blocked(after, now))
+	{
+		decision->reset_at = Max(decision->reset_at, after->blocked_until);
+		decision->retry_at = Max(decision->retry_at, after->blocked_until);
+	}
+}
+
 /*
  * The decision of one call, before anything is recorded: whether the key's
- * own limit allows it, the count it sees and the end of the window it
- * counts in.
+ * own limit allows it, and what it sees.
  */
 void
 pklimit_decide(const PklimitRow *before, const PklimitCall *call,
 			   TimestampTz now, PklimitDecision *decision)
 {
-	bool		open = pklimit_window_open(before, now);
-	int64		count = open ? before->count : 0;
+	State		st;
 
 	memset(decision, 0, sizeof(*decision));
-	decision->count = count;
-	decision->window_end = open ? before->window_end :
-		window_start(now, call->window_usec) + call->window_usec;
+	state_of(before, call, now, &st);
 	decision->blocked = blocked(before, now);
 	/* a peek asks about one more event */
 	decision->allowed = !decision->blocked &&
-		pklimit_add_events(count, call->cost == 0 ? 1 : call->cost) <=
-		call->max_count;
+		state_allows(&st, call->max_count, Max(call->cost, 1), now);
+	describe(&st, before, call, now, decision);
+}
+
+/*
+ * Is the state of row open at now, and what is its count, for
+ * pklimit_count (the row's own max_count for a GCRA bucket)?
+ */
+bool
+pklimit_state_count(const PklimitRow *row, TimestampTz now, int64 *count)
+{
+	PklimitCall call = {0};
+	State		st;
+
+	*count = 0;
+	if (!row_open(row, now))
+		return false;
+	call.max_count = row->max_count;
+	state_of(row, &call, now, &st);
+	*count = state_count(&st, now);
+	return true;
 }
 
 /*
@@ -238,61 +655,59 @@ pklimit_records(const PklimitCall *call, bool allowed)
 
 /*
  * The row after the call, given its decision and whether its events are
- * recorded (pklimit_records).  The decision's count becomes the count after
- * the call.  Returns the events it recorded.
+ * recorded (pklimit_records), and the decision's count, reset and retry
+ * after the call.  Returns the events it recorded.
  */
 int64
 pklimit_apply_decision(const PklimitRow *before, const PklimitCall *call,
 					   TimestampTz now, bool record, PklimitDecision *decision,
 					   PklimitRow *after)
 {
+	State		st;
+	bool		recorded = record && !decision->blocked && call->cost > 0;
+
 	*after = *before;
 	if (decision->blocked || call->cost == 0)
 		return 0;				/* nothing changes */
-	if (record)
+	state_of(before, call, now, &st);
+	if (recorded)
 	{
-		if (!pklimit_window_open(before, now))
-			pklimit_new_window(now, call->window_usec, after);
-		after->count = pklimit_add_events(after->count, call->cost);
+		state_record(&st, call, decision->allowed, now);
+		state_to_row(&st, now, after);
+		after->max_count = call->max_count;
 		after->updated_at = now;
-		decision->count = after->count;
 	}
 	if (!decision->allowed && call->block_usec > 0)
 	{
-		if (!pklimit_window_open(after, now))
+		/* a block needs a row: the state of the moment, maybe empty */
+		if (!st.from_row && !recorded)
 		{
-			/* a block needs a row: the window of the moment, nothing in it */
-			pklimit_new_window(now, call->window_usec, after);
+			state_to_row(&st, now, after);
+			after->max_count = call->max_count;
 			after->updated_at = now;
 		}
-		after->blocked_until = Max(now + call->block_usec, after->window_end);
+		after->blocked_until =
+			Max(now + call->block_usec,
+				state_retry(&st, call->max_count, Max(call->cost, 1), now));
 		decision->blocked = true;
 	}
-	return record ? call->cost : 0;
-}
-
-/* When the refusal of a call ends, for reset_at and retry_after. */
-TimestampTz
-pklimit_refused_until(const PklimitRow *after, const PklimitDecision *decision,
-					  TimestampTz now)
-{
-	if (blocked(after, now))
-		return after->blocked_until;
-	return decision->window_end;
+	describe(&st, after, call, now, decision);
+	return recorded ? call->cost : 0;
 }
 
 /*
- * The folded upsert: consecutive calls on one key that record every event
- * and start no block, applied as one INSERT ... ON CONFLICT DO UPDATE of all
- * their events, which cannot know whether any is allowed before it writes.
- * Each call is then decided in C, in order, as if alone on the row the calls
- * before it left, from the row the upsert started from (pklimit_fold_start).
+ * The folded upsert: consecutive calls on one key of a fixed window that
+ * record every event and start no block, applied as one INSERT ... ON
+ * CONFLICT DO UPDATE of all their events, which cannot know whether any is
+ * allowed before it writes.  Each call is then decided in C, in order, as
+ * if alone on the row the calls before it left, from the row the upsert
+ * started from (pklimit_fold_start).
  */
 bool
 pklimit_folds(const PklimitCall *call)
 {
-	return call->cost > 0 && pklimit_records(call, false) &&
-		call->block_usec == 0;
+	return call->algorithm == PKLIMIT_FIXED && call->cost > 0 &&
+		pklimit_records(call, false) && call->block_usec == 0;
 }
 
 /*
@@ -308,43 +723,59 @@ pklimit_fold_known(int64 count, int calls)
 
 /*
  * The row the fold of events started from, as its calls decide on it, given
- * the row the upsert returned: a blocked key's row is unchanged; any other's
- * counted the events in its open window or a new one (which decides as one
- * counted from 0).
+ * the row the upsert returned.  The upsert left a blocked key's row
+ * unchanged, and the row of another algorithm's state (its calls are
+ * decided in C alone, and the row written after them): then false is
+ * returned.  Any other row counted the events in its open window or a new
+ * one (which decides as one counted from 0).
  */
-void
+bool
 pklimit_fold_start(const PklimitRow *after, int64 events, TimestampTz now,
 				   PklimitRow *before)
 {
 	*before = *after;
-	if (!blocked(after, now))
-		before->count -= events;
+	if (blocked(after, now) || after->algorithm != PKLIMIT_FIXED)
+		return false;
+	before->count -= events;
+	return true;
 }
 
 /*
  * The upsert's SET list, the rules above in SQL: a blocked key's row is
  * written unchanged (0.2.0's table), so that the one statement still returns
  * it with its block (a WHERE on the update would return no row, and cost a
- * second statement); an open window counts the events, whatever the window
+ * second statement), and so is the row of another algorithm's state
+ * (0.3.0's table); an open window counts the events, whatever the window
  * length of the call, a closed one gives way to the call's new window.
  */
-#define HIT_RULES_SQL(unless_blocked) \
-	" count = CASE" unless_blocked(" THEN l.count") \
+#define HIT_RULES_SQL(unchanged, max_count) \
+	" count = CASE" unchanged(" THEN l.count") \
 	"   WHEN " SQL_WINDOW_OPEN \
 	"   THEN " SQL_ADD_EVENTS \
 	"   ELSE $4 END," \
-	" window_start = CASE" unless_blocked(" THEN l.window_start") \
+	" window_start = CASE" unchanged(" THEN l.window_start") \
 	"   WHEN " SQL_WINDOW_OPEN \
 	"   THEN l.window_start ELSE $2 END," \
-	" window_end = CASE" unless_blocked(" THEN l.window_end") \
+	" window_end = CASE" unchanged(" THEN l.window_end") \
 	"   WHEN " SQL_WINDOW_OPEN \
 	"   THEN l.window_end ELSE $3 END," \
-	" updated_at = CASE" unless_blocked(" THEN l.updated_at") \
+	max_count(unchanged) \
+	" updated_at = CASE" unchanged(" THEN l.updated_at") \
 	"   WHEN true THEN $5 END"
 #define UNLESS_BLOCKED(then) " WHEN " SQL_BLOCKED then
+#define UNLESS_BLOCKED_OR_NOT_FIXED(then) \
+	" WHEN " SQL_BLOCKED " OR l.algorithm OPERATOR(pg_catalog.<>) 'fixed'" then
 #define NEVER_BLOCKED(then) ""
+#define NO_MAX_COUNT(unchanged) ""
+#define MAX_COUNT(unchanged) \
+	" max_count = CASE" unchanged(" THEN l.max_count") " WHEN true THEN $6 END,"
 
-const char	pklimit_hit_rules_sql[] = HIT_RULES_SQL(UNLESS_BLOCKED);
+const char	pklimit_hit_rules_sql[] = HIT_RULES_SQL(UNLESS_BLOCKED, NO_MAX_COUNT);
 
 /* the table of 0.1.0 has no blocked_until: no key is blocked */
-const char	pklimit_hit_rules_no_block_sql[] = HIT_RULES_SQL(NEVER_BLOCKED);
+const char	pklimit_hit_rules_no_block_sql[] =
+HIT_RULES_SQL(NEVER_BLOCKED, NO_MAX_COUNT);
+
+/* the table of 0.3.0 keeps every algorithm's state, and the max_count */
+const char	pklimit_hit_rules_fixed_sql[] =
+HIT_RULES_SQL(UNLESS_BLOCKED_OR_NOT_FIXED, MAX_COUNT);

@@ -45,7 +45,9 @@ typedef enum PklimitOpKind
 								 * counts, no block): one upsert */
 	PKLIMIT_OP_LIMIT,			/* record under any other rules, or as one key
 								 * of several: the row is locked, the call
-								 * decided (limit.c), the row written */
+								 * decided (limit.c), the row written;
+								 * consecutive ones on a key (not of a group)
+								 * share the read and the write */
 	PKLIMIT_OP_PEEK,			/* cost 0: decide without recording */
 	PKLIMIT_OP_COUNT,			/* read the count of the open window */
 	PKLIMIT_OP_FORGET,			/* delete the key's row */
@@ -58,8 +60,8 @@ typedef struct PklimitOpRules
 {
 	bool		writes;			/* changes the row: can meet a row lock, and
 								 * waits behind writes set aside on its key */
-	bool		folds;			/* consecutive ones on a key: one statement,
-								 * each answered its serial count */
+	bool		folds;			/* consecutive ones on a key (not of a group):
+								 * applied together, each answered as if alone */
 	bool		in_batch;		/* applied in the worker's batches; false:
 								 * runs in steps between them, and its caller
 								 * waits for the end once a worker has taken
@@ -72,7 +74,7 @@ pklimit_op_rules(PklimitOpKind kind)
 	static const PklimitOpRules rules[] = {
 		/* writes, folds, in_batch */
 		[PKLIMIT_OP_HIT] = {true, true, true},
-		[PKLIMIT_OP_LIMIT] = {true, false, true},
+		[PKLIMIT_OP_LIMIT] = {true, true, true},
 		[PKLIMIT_OP_PEEK] = {false, false, true},
 		[PKLIMIT_OP_COUNT] = {false, false, true},
 		[PKLIMIT_OP_FORGET] = {true, false, true},
@@ -82,7 +84,18 @@ pklimit_op_rules(PklimitOpKind kind)
 	return rules[kind];
 }
 
-/* A key's row, as limit.c decides on it. */
+/* How a limit counts a key's events (limit.c; docs/algorithms.md). */
+typedef enum PklimitAlgorithm
+{
+	PKLIMIT_FIXED,				/* fixed windows aligned to the Unix epoch */
+	PKLIMIT_GCRA,				/* the generic cell rate algorithm */
+	PKLIMIT_SLIDING				/* the sliding window counter */
+} PklimitAlgorithm;
+
+/*
+ * A key's row, as limit.c decides on it; what the columns hold for each
+ * algorithm is in docs/algorithms.md ("The row").  0 stands for NULL.
+ */
 typedef struct PklimitRow
 {
 	bool		exists;
@@ -91,6 +104,10 @@ typedef struct PklimitRow
 	TimestampTz window_end;
 	TimestampTz updated_at;
 	TimestampTz blocked_until;	/* 0: no block */
+	PklimitAlgorithm algorithm; /* the table of 0.3.0; before, fixed */
+	int64		max_count;		/* the last call's */
+	int64		previous_count; /* sliding: the count of the window before */
+	TimestampTz expires_at;		/* sliding: when its count stops weighing */
 } PklimitRow;
 
 /* One call on a limit: its arguments. */
@@ -101,6 +118,7 @@ typedef struct PklimitCall
 	int64		cost;			/* events; 0: a peek */
 	bool		record_refused; /* a refused call records its events too */
 	int64		block_usec;		/* a refusal blocks the key this long; 0: no */
+	PklimitAlgorithm algorithm; /* of a state the call starts */
 } PklimitCall;
 
 /* The decision of one call (limit.c). */
@@ -109,7 +127,9 @@ typedef struct PklimitDecision
 	bool		allowed;		/* by the key's own limit */
 	bool		blocked;		/* the key is (now) blocked */
 	int64		count;			/* the key's count after the call */
-	TimestampTz window_end;		/* end of the window it counts in */
+	TimestampTz reset_at;		/* when the key is back to zero */
+	TimestampTz retry_at;		/* refused: when a call like it would next be
+								 * allowed */
 } PklimitDecision;
 
 /* The answer to one operation. */
@@ -118,9 +138,9 @@ typedef struct PklimitResult
 	bool		found;			/* a row existed (count, forget); purge ran */
 	bool		allowed;		/* a recording call: the key's limit allows */
 	int64		count;			/* count after the operation; rows purged */
-	TimestampTz window_end;		/* end of the window the count belongs to */
 	TimestampTz event_at;		/* server clock when the event was recorded */
-	TimestampTz refused_until;	/* a refused call: when the refusal ends */
+	TimestampTz reset_at;		/* a recording call: the key back to zero */
+	TimestampTz retry_at;		/* a refused call: when to try again */
 	int64		recorded;		/* events it added to the count */
 } PklimitResult;
 
@@ -416,7 +436,8 @@ typedef struct PklimitTable
 	Oid			nspid;
 	Oid			relid;
 	Oid			owner;			/* pklimit's statements run as this role */
-	int			version;		/* 1: the table of 0.1.0; 2: of 0.2.0 */
+	int			version;		/* 1: the table of 0.1.0; 2: of 0.2.0; 3: of
+								 * 0.3.0 */
 	bool		citus;			/* distributed or replicated by Citus */
 } PklimitTable;
 
@@ -427,8 +448,8 @@ extern bool pklimit_table_oldest_end(Oid nspid, TimestampTz *oldest,
 
 /* store.c: the statements on platformkit_limits, in the current transaction */
 extern void pklimit_store_hit(const PklimitTable *table, const char *stored_key,
-							  int64 window_usec, int64 events, TimestampTz now,
-							  PklimitRow *row);
+							  const PklimitCall *last, int64 events,
+							  TimestampTz now, PklimitRow *row);
 extern bool pklimit_store_read(const PklimitTable *table, const char *stored_key,
 							   bool lock, PklimitRow *row);
 extern void pklimit_store_write(const PklimitTable *table,
@@ -450,26 +471,29 @@ extern PklimitWindowCheck pklimit_window_usec(const Interval *window,
 											  int64 *usec);
 extern void pklimit_window_guc_error(PklimitWindowCheck problem);
 extern int64 pklimit_window_value(const Interval *window, const char *what);
+extern PklimitAlgorithm pklimit_algorithm_value(text *name, const char *what);
+extern const char *pklimit_algorithm_name(PklimitAlgorithm algorithm);
+extern bool pklimit_algorithm_of_name(const char *name,
+									  PklimitAlgorithm *algorithm);
 extern void pklimit_new_window(TimestampTz now, int64 window_usec,
 							   PklimitRow *row);
 extern int64 pklimit_add_events(int64 count, int64 events);
 extern void pklimit_decide(const PklimitRow *before, const PklimitCall *call,
 						   TimestampTz now, PklimitDecision *decision);
-extern bool pklimit_window_open(const PklimitRow *row, TimestampTz now);
+extern bool pklimit_state_count(const PklimitRow *row, TimestampTz now,
+								int64 *count);
 extern bool pklimit_records(const PklimitCall *call, bool allowed);
 extern int64 pklimit_apply_decision(const PklimitRow *before,
 									const PklimitCall *call, TimestampTz now,
 									bool record, PklimitDecision *decision,
 									PklimitRow *after);
-extern TimestampTz pklimit_refused_until(const PklimitRow *after,
-										 const PklimitDecision *decision,
-										 TimestampTz now);
 extern bool pklimit_folds(const PklimitCall *call);
 extern bool pklimit_fold_known(int64 count, int calls);
-extern void pklimit_fold_start(const PklimitRow *after, int64 events,
+extern bool pklimit_fold_start(const PklimitRow *after, int64 events,
 							   TimestampTz now, PklimitRow *before);
 extern const char pklimit_hit_rules_sql[];
 extern const char pklimit_hit_rules_no_block_sql[];
+extern const char pklimit_hit_rules_fixed_sql[];
 
 /* purge.c: the worker's side of the purge */
 extern Size pklimit_purge_shmem_size(void);

@@ -12,10 +12,11 @@
  * Every statement names its schema, functions and operators explicitly, so
  * the search_path in force cannot redirect it, and touches one key, so the
  * table stays distributable by key (but for the purge).  The statements come
- * in two sets: for the table of 0.1.0 and for the table of 0.2.0 (which has
- * blocked_until); one library serves a database at either version, and the
- * set follows the table it finds, so an ALTER EXTENSION pklimit UPDATE takes
- * effect at the worker's next transaction.
+ * in three sets: for the table of 0.1.0, of 0.2.0 (which has blocked_until)
+ * and of 0.3.0 (which keeps every algorithm's state); one library serves a
+ * database at any version, and the set follows the table it finds, so an
+ * ALTER EXTENSION pklimit UPDATE takes effect at the worker's next
+ * transaction.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,7 +45,7 @@ typedef struct Statement
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[6];
+	Oid			argtypes[10];
 	bool		read_latest;	/* read the latest committed rows, whatever
 								 * the transaction's snapshot */
 	const char *rules;			/* the hit's SET list (limit.c) */
@@ -64,12 +65,23 @@ typedef enum StatementId
 	NUM_STATEMENTS
 } StatementId;
 
-/* The table's versions: 1, the table of 0.1.0; 2, the table of 0.2.0. */
-#define NUM_VERSIONS 2
+/*
+ * The table's versions: 1, the table of 0.1.0; 2, the table of 0.2.0; 3,
+ * the table of 0.3.0.
+ */
+#define NUM_VERSIONS 3
 
-/* The row's columns as the reads return them, in order. */
+/*
+ * The row's columns as the reads return them, in order: a table before
+ * 0.3.0 keeps fixed windows only.
+ */
 #define ROW_COLUMNS(blocked_until) \
-	"l.count, l.window_start, l.window_end, l.updated_at, " blocked_until
+	"l.count, l.window_start, l.window_end, l.updated_at, " blocked_until \
+	", 'fixed'::pg_catalog.text, NULL::pg_catalog.int8, NULL::pg_catalog.int8," \
+	" NULL::pg_catalog.timestamptz"
+#define ROW_COLUMNS_3 \
+	"l.count, l.window_start, l.window_end, l.updated_at, l.blocked_until," \
+	" l.algorithm, l.max_count, l.previous_count, l.expires_at"
 
 /*
  * The hit: the folded upsert, one INSERT ... ON CONFLICT DO UPDATE of $4
@@ -85,13 +97,19 @@ typedef enum StatementId
 	" VALUES ($1, $2, $3, $4, $5)" \
 	" ON CONFLICT (key) DO UPDATE SET%s" \
 	" RETURNING " ROW_COLUMNS(blocked_until)
+#define HIT_SQL_3 \
+	"INSERT INTO %s.platformkit_limits AS l" \
+	" (key, window_start, window_end, count, updated_at, max_count)" \
+	" VALUES ($1, $2, $3, $4, $5, $6)" \
+	" ON CONFLICT (key) DO UPDATE SET%s" \
+	" RETURNING " ROW_COLUMNS_3
 
 /*
  * The row of a key, locked for the rest of the transaction (a call decided
  * in C), or as last committed, not locked (a peek).
  */
-#define READ_SQL(blocked_until, lock) \
-	"SELECT " ROW_COLUMNS(blocked_until) " FROM %s.platformkit_limits l" \
+#define READ_SQL(columns, lock) \
+	"SELECT " columns " FROM %s.platformkit_limits l" \
 	" WHERE l.key OPERATOR(pg_catalog.=) $1" lock
 
 /*
@@ -108,6 +126,22 @@ typedef enum StatementId
 	" ON CONFLICT (key) DO UPDATE SET window_start = $2, window_end = $3," \
 	" count = $4, updated_at = $5, blocked_until = $6"
 #define CREATE_SQL INSERT_ROW_SQL " ON CONFLICT (key) DO NOTHING"
+
+/*
+ * The same on the table of 0.3.0, with every algorithm's columns; the row
+ * read and locked is written by an UPDATE, which finds it by its key.
+ */
+#define WRITE_SQL_3 \
+	"UPDATE %s.platformkit_limits AS l SET window_start = $2, window_end = $3," \
+	" count = $4, updated_at = $5, blocked_until = $6, algorithm = $7," \
+	" max_count = $8, previous_count = $9, expires_at = $10" \
+	" WHERE l.key OPERATOR(pg_catalog.=) $1"
+#define CREATE_SQL_3 \
+	"INSERT INTO %s.platformkit_limits AS l" \
+	" (key, window_start, window_end, count, updated_at, blocked_until," \
+	"  algorithm, max_count, previous_count, expires_at)" \
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)" \
+	" ON CONFLICT (key) DO NOTHING"
 
 /*
  * One batch of the purge, in the order of the moment each row stopped
@@ -135,6 +169,8 @@ typedef enum StatementId
 /* the purge index's expression, as the install script writes it */
 #define ROW_END_E "GREATEST(e.window_end, e.blocked_until)"
 #define ROW_END_L "GREATEST(l.window_end, l.blocked_until)"
+#define ROW_END_3_E "GREATEST(e.window_end, e.blocked_until, e.expires_at)"
+#define ROW_END_3_L "GREATEST(l.window_end, l.blocked_until, l.expires_at)"
 
 /*
  * The purge of a Citus table: a ctid names a row only within one shard (one
@@ -153,13 +189,16 @@ typedef enum StatementId
 #define PURGE_ARGS {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}
 
 #define ROW_ARGS {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+#define ROW_ARGS_3 {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, \
+	TEXTOID, INT8OID, INT8OID, TIMESTAMPTZOID}
+#define HIT_ARGS_3 {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, INT8OID}
 
 static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 	{
 		[STMT_HIT] = {HIT_SQL("NULL::pg_catalog.timestamptz"), 5, ROW_ARGS, false,
 		pklimit_hit_rules_no_block_sql},
-		[STMT_READ] = {READ_SQL("NULL::pg_catalog.timestamptz", " FOR UPDATE OF l"), 1, {TEXTOID}, false},
-		[STMT_PEEK] = {READ_SQL("NULL::pg_catalog.timestamptz", ""), 1, {TEXTOID}, true},
+		[STMT_READ] = {READ_SQL(ROW_COLUMNS("NULL::pg_catalog.timestamptz"), " FOR UPDATE OF l"), 1, {TEXTOID}, false},
+		[STMT_PEEK] = {READ_SQL(ROW_COLUMNS("NULL::pg_catalog.timestamptz"), ""), 1, {TEXTOID}, true},
 		/* no decided calls on the table of 0.1.0: only 0.2.0 makes them */
 		[STMT_WRITE] = {NULL},
 		[STMT_FORGET] = {"DELETE FROM %s.platformkit_limits l WHERE l.key OPERATOR(pg_catalog.=) $1",
@@ -171,14 +210,26 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 	{
 		[STMT_HIT] = {HIT_SQL("l.blocked_until"), 5, ROW_ARGS, false,
 		pklimit_hit_rules_sql},
-		[STMT_READ] = {READ_SQL("l.blocked_until", " FOR UPDATE OF l"), 1, {TEXTOID}, false},
-		[STMT_PEEK] = {READ_SQL("l.blocked_until", ""), 1, {TEXTOID}, true},
+		[STMT_READ] = {READ_SQL(ROW_COLUMNS("l.blocked_until"), " FOR UPDATE OF l"), 1, {TEXTOID}, false},
+		[STMT_PEEK] = {READ_SQL(ROW_COLUMNS("l.blocked_until"), ""), 1, {TEXTOID}, true},
 		[STMT_WRITE] = {WRITE_SQL, 6, ROW_ARGS, false},
 		[STMT_CREATE] = {CREATE_SQL, 6, ROW_ARGS, false},
 		[STMT_FORGET] = {"DELETE FROM %s.platformkit_limits l WHERE l.key OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}, false},
 		[STMT_PURGE] = {PURGE_SQL(ROW_END_E, ROW_END_L), 3, PURGE_ARGS, false},
 		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL(ROW_END_E, ROW_END_L), 3,
+		PURGE_ARGS, false},
+	},
+	{
+		[STMT_HIT] = {HIT_SQL_3, 6, HIT_ARGS_3, false, pklimit_hit_rules_fixed_sql},
+		[STMT_READ] = {READ_SQL(ROW_COLUMNS_3, " FOR UPDATE OF l"), 1, {TEXTOID}, false},
+		[STMT_PEEK] = {READ_SQL(ROW_COLUMNS_3, ""), 1, {TEXTOID}, true},
+		[STMT_WRITE] = {WRITE_SQL_3, 10, ROW_ARGS_3, false},
+		[STMT_CREATE] = {CREATE_SQL_3, 10, ROW_ARGS_3, false},
+		[STMT_FORGET] = {"DELETE FROM %s.platformkit_limits l WHERE l.key OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID}, false},
+		[STMT_PURGE] = {PURGE_SQL(ROW_END_3_E, ROW_END_3_L), 3, PURGE_ARGS, false},
+		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL(ROW_END_3_E, ROW_END_3_L), 3,
 		PURGE_ARGS, false},
 	},
 };
@@ -299,34 +350,49 @@ get_col(int col)
 static void
 get_row(PklimitRow *row)
 {
+	bool		isnull;
+	Datum		algorithm = SPI_getbinval(SPI_tuptable->vals[0],
+										  SPI_tuptable->tupdesc, 6, &isnull);
+	char	   *name = isnull ? pstrdup("") : TextDatumGetCString(algorithm);
+
 	row->exists = true;
 	row->count = DatumGetInt64(get_col(1));
 	row->window_start = DatumGetTimestampTz(get_col(2));
 	row->window_end = DatumGetTimestampTz(get_col(3));
 	row->updated_at = DatumGetTimestampTz(get_col(4));
 	row->blocked_until = DatumGetTimestampTz(get_col(5));
+	row->max_count = DatumGetInt64(get_col(7));
+	row->previous_count = DatumGetInt64(get_col(8));
+	row->expires_at = DatumGetTimestampTz(get_col(9));
+	if (!pklimit_algorithm_of_name(name, &row->algorithm))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("pklimit row has unknown algorithm \"%s\"", name),
+				 errhint("Only pklimit writes platformkit_limits; delete the row with pklimit_forget(key).")));
+	pfree(name);
 }
 
 /*
- * Record events on stored_key at now, in a window of window_usec if the
- * key's has closed; *row is the row after.  The caller has connected to
- * SPI.
+ * Record events on stored_key at now, in a window of the last call's length
+ * if the key's has closed; *row is the row after.  The caller has connected
+ * to SPI.
  */
 void
 pklimit_store_hit(const PklimitTable *table, const char *stored_key,
-				  int64 window_usec, int64 events, TimestampTz now,
+				  const PklimitCall *last, int64 events, TimestampTz now,
 				  PklimitRow *row)
 {
 	PklimitRow	window;
-	Datum		values[5];
+	Datum		values[6];
 	int			rc;
 
-	pklimit_new_window(now, window_usec, &window);
+	pklimit_new_window(now, last->window_usec, &window);
 	values[0] = CStringGetTextDatum(stored_key);
 	values[1] = TimestampTzGetDatum(window.window_start);
 	values[2] = TimestampTzGetDatum(window.window_end);
 	values[3] = Int64GetDatum(events);
 	values[4] = TimestampTzGetDatum(now);
+	values[5] = Int64GetDatum(last->max_count);
 	rc = run(table, STMT_HIT, values, NULL);
 	if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 		elog(ERROR, "pklimit: recording an event returned %d", rc);
@@ -367,20 +433,29 @@ void
 pklimit_store_write(const PklimitTable *table, const char *stored_key,
 					const PklimitRow *row, bool existed)
 {
-	Datum		values[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	int			rc;
 
+	if (table->version < 3 && row->algorithm != PKLIMIT_FIXED)
+		elog(ERROR, "pklimit: a %s state on the table of version %d",
+			 pklimit_algorithm_name(row->algorithm), table->version);
 	values[0] = CStringGetTextDatum(stored_key);
 	values[1] = TimestampTzGetDatum(row->window_start);
 	values[2] = TimestampTzGetDatum(row->window_end);
 	values[3] = Int64GetDatum(row->count);
 	values[4] = TimestampTzGetDatum(row->updated_at);
 	values[5] = TimestampTzGetDatum(row->blocked_until);
+	values[6] = CStringGetTextDatum(pklimit_algorithm_name(row->algorithm));
+	values[7] = Int64GetDatum(row->max_count);
+	values[8] = Int64GetDatum(row->previous_count);
+	values[9] = TimestampTzGetDatum(row->expires_at);
 	if (row->blocked_until == 0)
 		nulls[5] = 'n';
+	if (row->algorithm != PKLIMIT_SLIDING)
+		nulls[8] = nulls[9] = 'n';
 	rc = run(table, existed ? STMT_WRITE : STMT_CREATE, values, nulls);
-	if (rc != SPI_OK_INSERT)
+	if (rc != (existed && table->version >= 3 ? SPI_OK_UPDATE : SPI_OK_INSERT))
 		elog(ERROR, "pklimit: writing a row returned %d", rc);
 	if (SPI_processed != 1)
 		ereport(ERROR,

@@ -135,8 +135,9 @@ pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table)
 	has_triggers = ((Form_pg_class) GETSTRUCT(tuple))->relhastriggers;
 	has_rules = ((Form_pg_class) GETSTRUCT(tuple))->relhasrules;
 	ReleaseSysCache(tuple);
-	table->version = (get_attnum(relid, "blocked_until") != InvalidAttrNumber) ?
-		2 : 1;
+	table->version =
+		(get_attnum(relid, "algorithm") != InvalidAttrNumber) ? 3 :
+		(get_attnum(relid, "blocked_until") != InvalidAttrNumber) ? 2 : 1;
 
 	/*
 	 * A trigger or rule on the table (a foreign key referencing it makes
@@ -245,7 +246,8 @@ purge_index(Oid nspid, Oid relid)
 
 /*
  * When the row of pklimit's table of schema nspid that stopped counting
- * first did so (the end of its window, or of its block if later), read in
+ * first did so (the end of its window, of its block or of its sliding
+ * window's weight, whichever is latest), read in
  * the caller's backend from the first entry of the purge's index, without a
  * statement and so without row level security, for monitoring (purge.c).
  * *found is false for an empty table.  Returns false if it cannot be known
@@ -285,16 +287,21 @@ pklimit_table_oldest_end(Oid nspid, TimestampTz *oldest, bool *found)
 	slot = table_slot_create(rel, NULL);
 	if (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
-		bool		isnull;
-		Datum		end = slot_getattr(slot, get_attnum(relid, "window_end"),
-									   &isnull);
-		Datum		blocked = slot_getattr(slot, get_attnum(relid, "blocked_until"),
-										   &isnull);
+		static const char *const ends[] = {"window_end", "blocked_until",
+		"expires_at"};
 
 		*found = true;
-		*oldest = DatumGetTimestampTz(end);
-		if (!isnull)
-			*oldest = Max(*oldest, DatumGetTimestampTz(blocked));
+		*oldest = DT_NOBEGIN;
+		for (int i = 0; i < lengthof(ends); i++)
+		{
+			AttrNumber	attnum = get_attnum(relid, ends[i]);
+			bool		isnull = true;
+			Datum		end = attnum == InvalidAttrNumber ? (Datum) 0 :
+			slot_getattr(slot, attnum, &isnull);
+
+			if (!isnull)
+				*oldest = Max(*oldest, DatumGetTimestampTz(end));
+		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	index_endscan(scan);

@@ -3,9 +3,9 @@
  * unit.c
  *		Applies one unit of the worker's transaction and answers its entries
  *		as serial execution would: a run of folded hits on one key (one
- *		upsert), a call decided in C on its locked row (limit.c), the calls
- *		on several keys of one group (all recorded or none), a peek, a count
- *		or a forget.  Runs in apply.c's transactions, as the table's owner;
+ *		upsert), a run of calls decided in C on one locked row (limit.c),
+ *		the calls on several keys of one group (all recorded or none), a
+ *		peek, a count or a forget.  Runs in apply.c's transactions, as the table's owner;
  *		the statements are store.c's.
  *
  *-------------------------------------------------------------------------
@@ -38,24 +38,65 @@ answer_applied(PklimitEntry *e, const PklimitResult *result)
 	e->answer.result = *result;
 }
 
-/* The result of a call decided on a key's row, which it left as after. */
+/* The result of a call decided on a key's row. */
 static void
-decided(const PklimitDecision *decision, const PklimitRow *after,
-		TimestampTz now, PklimitResult *result)
+decided(const PklimitDecision *decision, TimestampTz now,
+		PklimitResult *result)
 {
 	result->found = true;
 	result->allowed = decision->allowed;
 	result->count = decision->count;
-	result->window_end = decision->window_end;
 	result->event_at = now;
-	result->refused_until = pklimit_refused_until(after, decision, now);
+	result->reset_at = decision->reset_at;
+	result->retry_at = decision->retry_at;
+}
+
+/* Would writing row b change row a?  (Fields only: padding may differ.) */
+static bool
+rows_differ(const PklimitRow *a, const PklimitRow *b)
+{
+	return a->exists != b->exists || a->count != b->count ||
+		a->window_start != b->window_start || a->window_end != b->window_end ||
+		a->updated_at != b->updated_at || a->blocked_until != b->blocked_until ||
+		a->algorithm != b->algorithm || a->max_count != b->max_count ||
+		a->previous_count != b->previous_count ||
+		a->expires_at != b->expires_at;
+}
+
+/*
+ * Calls on one key (of no group) decided in C, in order, each on the row the
+ * calls before it left, from *row, and each recorded as its own decision
+ * says; *row becomes the row after them.
+ */
+static void
+decide_in_order(PklimitEntry **members, int m, PklimitRow *row,
+				TimestampTz now)
+{
+	for (int k = 0; k < m; k++)
+	{
+		const PklimitCall *call = &members[k]->request.call;
+		PklimitDecision decision;
+		PklimitRow	after;
+		bool		record;
+		PklimitResult result = {0};
+
+		pklimit_decide(row, call, now, &decision);
+		record = pklimit_records(call, decision.allowed);
+		result.recorded = pklimit_apply_decision(row, call, now, record,
+												 &decision, &after);
+		decided(&decision, now, &result);
+		answer_applied(members[k], &result);
+		*row = after;
+	}
 }
 
 /*
  * Folded hits: their events in one upsert, each call then decided in order
  * on the row the calls before it left (limit.c), so answered the count after
- * its own events.  If the fold cannot tell each call its count, its members
- * are marked unfold instead, and false is returned.
+ * its own events.  If the upsert left the row unchanged (a blocked key, or
+ * another algorithm's state), the calls are decided on it in C, and what
+ * they change written after them.  If the fold cannot tell each call its
+ * count, its members are marked unfold instead, and false is returned.
  */
 static bool
 apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
@@ -65,6 +106,7 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 	int64		events = 0;
 	PklimitRow	row;
 	PklimitRow	before;
+	bool		counted;
 
 	for (int k = 0; k < m; k++)
 		if (pg_add_s64_overflow(events, members[k]->request.call.cost, &events))
@@ -74,41 +116,19 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 				members[j]->unfold = true;
 			return false;
 		}
-	pklimit_store_hit(table, head->key, head->call.window_usec, events, now,
-					  &row);
+	pklimit_store_hit(table, head->key, &members[m - 1]->request.call,
+					  events, now, &row);
 	if (!pklimit_fold_known(row.count, m))
 	{
 		for (int k = 0; k < m; k++)
 			members[k]->unfold = true;
 		return false;
 	}
-	pklimit_fold_start(&row, events, now, &before);
-	for (int k = 0; k < m; k++)
-	{
-		const PklimitCall *call = &members[k]->request.call;
-		PklimitDecision decision;
-		PklimitRow	after;
-		bool		record;
-		PklimitResult result = {0};
-
-		pklimit_decide(&before, call, now, &decision);
-		record = pklimit_records(call, decision.allowed);
-		result.recorded = pklimit_apply_decision(&before, call, now, record,
-												 &decision, &after);
-		decided(&decision, &after, now, &result);
-		answer_applied(members[k], &result);
-		before = after;
-	}
+	counted = pklimit_fold_start(&row, events, now, &before);
+	decide_in_order(members, m, &before, now);
+	if (!counted && rows_differ(&row, &before))
+		pklimit_store_write(table, head->key, &before, true);
 	return true;
-}
-
-/* Would writing row b change row a?  (Fields only: padding may differ.) */
-static bool
-rows_differ(const PklimitRow *a, const PklimitRow *b)
-{
-	return a->exists != b->exists || a->count != b->count ||
-		a->window_start != b->window_start || a->window_end != b->window_end ||
-		a->updated_at != b->updated_at || a->blocked_until != b->blocked_until;
 }
 
 static int
@@ -119,9 +139,10 @@ compare_keys(const void *a, const void *b)
 }
 
 /*
- * Calls decided in C: one call with its own rules, or the calls on the keys
- * of one group, whose rows are locked in the order of their stored keys (so
- * two groups over the same keys never wait on each other in a circle), then
+ * Calls decided in C on their locked rows: consecutive calls on one key
+ * (read once, decided in order, written once), or the calls on the keys of
+ * one group, whose rows are locked in the order of their stored keys (so two
+ * groups over the same keys never wait on each other in a circle), then
  * decided together: a key is recorded if every key of the group allows, or
  * if record_refused.
  */
@@ -135,8 +156,23 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table,
 	bool		all_allowed = true;
 	TimestampTz now;
 
+	if (members[0]->request.group == 0)
+	{
+		PklimitRow	row;
+
+		(void) pklimit_store_read(table, members[0]->request.key, true,
+								  &before[0]);
+		now = GetCurrentTimestamp();
+		row = before[0];
+		decide_in_order(members, m, &row, now);
+		if (rows_differ(&before[0], &row))
+			pklimit_store_write(table, members[0]->request.key, &row,
+								before[0].exists);
+		return;
+	}
+
 	/* a group is applied whole or not at all, never a part of it */
-	if (m > PKLIMIT_GROUP_MAX || m != Max(1, members[0]->request.group_size))
+	if (m > PKLIMIT_GROUP_MAX || m != members[0]->request.group_size)
 		elog(ERROR, "pklimit: a call on %d keys has %d in this transaction",
 			 members[0]->request.group_size, m);
 	qsort(members, m, sizeof(PklimitEntry *), compare_keys);
@@ -167,7 +203,7 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table,
 			pklimit_store_write(table, members[k]->request.key, &after,
 								before[k].exists);
 		}
-		decided(&decision[k], &after, now, &result);
+		decided(&decision[k], now, &result);
 		answer_applied(members[k], &result);
 	}
 }
@@ -184,12 +220,12 @@ apply_peek(PklimitEntry *e, const PklimitTable *table)
 	(void) pklimit_store_read(table, e->request.key, false, &row);
 	now = GetCurrentTimestamp();
 	pklimit_decide(&row, &e->request.call, now, &decision);
-	decided(&decision, &row, now, &result);
+	decided(&decision, now, &result);
 	result.found = row.exists;
 	answer_applied(e, &result);
 }
 
-/* A count: the events of the key's open window, as last committed. */
+/* A count: the count of the key's open state, as last committed. */
 static void
 apply_count(PklimitEntry *e, const PklimitTable *table)
 {
@@ -197,12 +233,8 @@ apply_count(PklimitEntry *e, const PklimitTable *table)
 	PklimitResult result = {0};
 
 	(void) pklimit_store_read(table, e->request.key, false, &row);
-	if (pklimit_window_open(&row, GetCurrentTimestamp()))
-	{
-		result.found = true;
-		result.count = row.count;
-		result.window_end = row.window_end;
-	}
+	result.found = pklimit_state_count(&row, GetCurrentTimestamp(),
+									   &result.count);
 	answer_applied(e, &result);
 }
 

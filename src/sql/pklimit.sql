@@ -1,17 +1,16 @@
 /*
- * src/sql/pklimit.sql: the one source of the SQL of pklimit's releases
- * 0.1.0 and 0.2.0.  The build (Makefile) writes three scripts from it:
- * pklimit--0.1.0.sql and pklimit--0.2.0.sql, the install scripts, and
- * pklimit--0.1.0--0.2.0.sql, the update between them.  A section starts
- * with a line "--- " naming the scripts it belongs to, by their versions
- * ("0.1.0", "0.2.0", "0.1.0--0.2.0"); a script is its sections in this
- * file's order.  So an object two scripts create is written once, and where
- * a later version changes an object the lines that stay are shared too (a
- * section may end inside a statement).  Both releases are frozen:
- * test/t/090_upgrade.pl checks the scripts' checksums.
- * Later versions' SQL goes into update scripts of their own
- * (pklimit--0.2.0--0.3.0.sql), which CREATE EXTENSION walks after
- * pklimit--0.2.0.sql.
+ * src/sql/pklimit.sql: the one source of pklimit's SQL.  The build
+ * (Makefile) writes four scripts from it: pklimit--0.1.0.sql and
+ * pklimit--0.2.0.sql, the install scripts of releases 0.1.0 and 0.2.0, and
+ * the updates pklimit--0.1.0--0.2.0.sql and pklimit--0.2.0--0.3.0.sql.  A
+ * section starts with a line "--- " naming the scripts it belongs to, by
+ * their versions ("0.1.0", "0.2.0", "0.1.0--0.2.0", "0.2.0--0.3.0"); a
+ * script is its sections in this file's order.  So an object two scripts
+ * create is written once, and where a later version changes an object the
+ * lines that stay are shared too (a section may end inside a statement).
+ * Released scripts are frozen: test/t/090_upgrade.pl checks their
+ * checksums.  There is no install script after 0.2.0: CREATE EXTENSION runs
+ * pklimit--0.2.0.sql and then every update.
  *
  * The rules of every script: every object by its schema-qualified name,
  * never CREATE OR REPLACE over an object a user could have planted (one
@@ -40,7 +39,13 @@
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION pklimit UPDATE TO '0.2.0'" to load this file. \quit
 
---- 0.2.0 0.1.0--0.2.0 ---
+--- 0.2.0--0.3.0 ---
+/* pklimit--0.2.0--0.3.0.sql: update script from pklimit 0.2.0 to 0.3.0 */
+
+-- complain if script is sourced in psql, rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION pklimit UPDATE TO '0.3.0'" to load this file. \quit
+
+--- 0.2.0 0.1.0--0.2.0 0.2.0--0.3.0 ---
 -- An object of one of pklimit's names in its schema that is not pklimit's
 -- own could take the place of pklimit's functions in a call, whatever its
 -- arguments: an overload such as pklimit_allow(text, integer, interval)
@@ -942,3 +947,218 @@ EXCEPTION WHEN object_not_in_prerequisite_state THEN
 	RAISE WARNING '%', msg USING HINT = hint;
 END
 $do$;
+--- 0.2.0--0.3.0 ---
+
+-- 0.3.0: an algorithm per call (fixed, gcra, sliding; docs/algorithms.md).
+-- pklimit_allow, pklimit_check, pklimit_check_all and pklimit_allow_all
+-- take it as their last parameter; with its default beside 0.2.0's they
+-- would be ambiguous, so they are replaced (their C functions stay, for
+-- databases still at 0.2.0).  A view or function of a user that depends on
+-- one of them makes the update fail, naming them; their privileges are
+-- carried over, first kept in settings of this transaction.
+DO $dependents$
+DECLARE
+	dependents pg_catalog.text;
+BEGIN
+	SELECT pg_catalog.string_agg(DISTINCT CASE
+			WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+			THEN (SELECT pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass,
+							r.ev_class, 0)
+					FROM pg_catalog.pg_rewrite r WHERE r.oid OPERATOR(pg_catalog.=) d.objid)
+			ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) END, ', ')
+	  INTO dependents
+	  FROM pg_catalog.pg_depend d
+	  JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.refobjid
+	 WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+	   AND d.deptype OPERATOR(pg_catalog.=) 'n'
+	   AND p.pronamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
+	   AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['pklimit_allow', 'pklimit_check',
+			'pklimit_check_all', 'pklimit_allow_all']::pg_catalog.name[])
+	   AND p.pronargs OPERATOR(pg_catalog.=) 6;
+	IF dependents IS NOT NULL THEN
+		RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',
+			MESSAGE = pg_catalog.format('cannot update pklimit while objects depend on its recording functions: %s',
+				dependents),
+			DETAIL = 'Version 0.3.0 replaces pklimit_allow, pklimit_check, pklimit_check_all and pklimit_allow_all with functions that take an algorithm.',
+			HINT = 'Drop those objects, run ALTER EXTENSION pklimit UPDATE, then create them again.';
+	END IF;
+END
+$dependents$;
+
+SELECT pg_catalog.set_config('pklimit_update.acl_' OPERATOR(pg_catalog.||) p.proname,
+		COALESCE(p.proacl::pg_catalog.text, ''), true)
+  FROM pg_catalog.pg_proc p
+ WHERE p.pronamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
+   AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['pklimit_allow', 'pklimit_check',
+		'pklimit_check_all', 'pklimit_allow_all']::pg_catalog.name[])
+   AND p.pronargs OPERATOR(pg_catalog.=) 6;
+
+DROP FUNCTION @extschema@.pklimit_allow(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval);
+DROP FUNCTION @extschema@.pklimit_check(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval);
+DROP FUNCTION @extschema@.pklimit_check_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval);
+DROP FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval);
+
+CREATE FUNCTION @extschema@.pklimit_allow(key pg_catalog.text,
+	max_count pg_catalog.int8, "window" pg_catalog.interval,
+	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
+	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed')
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'pklimit_allow_0_3'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_allow(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text) IS
+'Records cost events (default 1) for key; true if the key is not blocked and its limit of max_count per window allows them, as algorithm counts: fixed (default), gcra or sliding. record_refused => false: a refused call records nothing. block: a refusal blocks the key that long.';
+
+CREATE FUNCTION @extschema@.pklimit_check(key pg_catalog.text,
+	max_count pg_catalog.int8, "window" pg_catalog.interval,
+	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
+	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed',
+	OUT allowed pg_catalog.bool, OUT count pg_catalog.int8,
+	OUT remaining pg_catalog.int8, OUT reset_at pg_catalog.timestamptz,
+	OUT retry_after pg_catalog.interval, OUT status pg_catalog.text)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pklimit_check_0_3'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_check(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text) IS
+'The same call as pklimit_allow, returning allowed, count, remaining, reset_at, retry_after and status for RateLimit and Retry-After headers.';
+
+CREATE FUNCTION @extschema@.pklimit_check_all(keys pg_catalog.text[],
+	max_counts pg_catalog.int8[], windows pg_catalog.interval[],
+	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
+	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed',
+	OUT key pg_catalog.text, OUT allowed pg_catalog.bool, OUT count pg_catalog.int8,
+	OUT remaining pg_catalog.int8, OUT reset_at pg_catalog.timestamptz,
+	OUT retry_after pg_catalog.interval, OUT status pg_catalog.text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pklimit_check_all_0_3'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_check_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text) IS
+'Several limits in one call, recorded together in one transaction or not at all, every key by the one algorithm: one row per key, in the order of the arrays, with the columns of pklimit_check. record_refused => false: nothing is recorded unless every limit allows.';
+
+CREATE FUNCTION @extschema@.pklimit_allow_all(keys pg_catalog.text[],
+	max_counts pg_catalog.int8[], windows pg_catalog.interval[],
+	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
+	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed')
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'pklimit_allow_all_0_3'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text) IS
+'Several limits in one call, as pklimit_check_all: true iff every limit allows.';
+
+-- Each replaced function's privileges go to its successor, as the grants
+-- of a user (which pg_dump dumps): what default privileges (ALTER DEFAULT
+-- PRIVILEGES) gave the new one gives way to them.
+DO $privileges$
+DECLARE
+	f record;
+	a record;
+BEGIN
+	FOR f IN
+		SELECT p.oid, p.oid::pg_catalog.regprocedure::pg_catalog.text AS signature,
+			   p.proowner, p.proacl,
+			   NULLIF(pg_catalog.current_setting('pklimit_update.acl_' OPERATOR(pg_catalog.||)
+					p.proname), '')::pg_catalog.aclitem[] AS saved
+		  FROM pg_catalog.pg_proc p
+		 WHERE p.pronamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
+		   AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['pklimit_allow', 'pklimit_check',
+				'pklimit_check_all', 'pklimit_allow_all']::pg_catalog.name[])
+		   AND p.pronargs OPERATOR(pg_catalog.=) 7
+	LOOP
+		IF f.saved IS NULL AND f.proacl IS NULL THEN
+			CONTINUE;			-- the defaults, before and after
+		END IF;
+		FOR a IN
+			SELECT DISTINCT CASE WHEN x.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+				   ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END AS grantee
+			  FROM pg_catalog.aclexplode(COALESCE(f.proacl,
+					pg_catalog.acldefault('f', f.proowner))) x
+			 WHERE x.grantee OPERATOR(pg_catalog.<>) f.proowner
+		LOOP
+			EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s', f.signature, a.grantee);
+		END LOOP;
+		FOR a IN
+			SELECT CASE WHEN x.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+				   ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END AS grantee,
+				   x.is_grantable
+			  FROM pg_catalog.aclexplode(COALESCE(f.saved,
+					pg_catalog.acldefault('f', f.proowner))) x
+			 WHERE x.grantee OPERATOR(pg_catalog.<>) f.proowner
+		LOOP
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', f.signature,
+				a.grantee, CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+		END LOOP;
+		DELETE FROM pg_catalog.pg_init_privs i
+		 WHERE i.objoid OPERATOR(pg_catalog.=) f.oid
+		   AND i.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass;
+	END LOOP;
+END
+$privileges$;
+
+-- The row keeps every algorithm's state (docs/algorithms.md, "The row"),
+-- and the purge deletes by the moment a row stops counting, now also the
+-- end of a sliding window's weight: its index is built again on that.
+-- All run as commands of their own (EXECUTE), for Citus, as in the update
+-- to 0.2.0: Citus passes an ALTER TABLE or CREATE INDEX of its tables on to
+-- its shards and other nodes as the text of the command, and then runs this
+-- update on its worker nodes too, where the columns and the index have
+-- already come.
+DO $table$
+DECLARE
+	wrong pg_catalog.text;
+BEGIN
+	EXECUTE 'ALTER TABLE @extschema@.platformkit_limits
+		ADD COLUMN IF NOT EXISTS algorithm pg_catalog.text COLLATE pg_catalog."C" NOT NULL DEFAULT ''fixed'',
+		ADD COLUMN IF NOT EXISTS max_count pg_catalog.int8,
+		ADD COLUMN IF NOT EXISTS previous_count pg_catalog.int8,
+		ADD COLUMN IF NOT EXISTS expires_at pg_catalog.timestamptz';
+	SELECT pg_catalog.string_agg(pg_catalog.quote_ident(c.name), ', ' ORDER BY c.name)
+	  INTO wrong
+	  FROM (VALUES ('algorithm', 'pg_catalog.text'::pg_catalog.regtype),
+				   ('max_count', 'pg_catalog.int8'), ('previous_count', 'pg_catalog.int8'),
+				   ('expires_at', 'pg_catalog.timestamptz')) c(name, type)
+	  JOIN pg_catalog.pg_attribute a
+		ON a.attrelid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits'::pg_catalog.regclass
+	   AND a.attname OPERATOR(pg_catalog.=) c.name AND NOT a.attisdropped
+	 WHERE a.atttypid OPERATOR(pg_catalog.<>) c.type;
+	IF wrong IS NOT NULL THEN
+		RAISE EXCEPTION USING ERRCODE = 'duplicate_column',
+			MESSAGE = pg_catalog.format('columns of platformkit_limits are not pklimit''s: %s', wrong),
+			DETAIL = 'Version 0.3.0 adds the columns algorithm (text), max_count and previous_count (bigint) and expires_at (timestamptz).',
+			HINT = 'Drop or rename those columns, then update again.';
+	END IF;
+	IF pg_catalog.pg_get_indexdef('@extschema@.platformkit_limits_purge_idx'::pg_catalog.regclass)
+		   OPERATOR(pg_catalog.!~) 'expires_at' THEN
+		EXECUTE 'DROP INDEX @extschema@.platformkit_limits_purge_idx';
+	END IF;
+	EXECUTE 'CREATE INDEX IF NOT EXISTS platformkit_limits_purge_idx
+		ON @extschema@.platformkit_limits ((GREATEST(window_end, blocked_until, expires_at)))';
+END
+$table$;
+
+COMMENT ON COLUMN @extschema@.platformkit_limits.algorithm IS
+'How the row counts: fixed, gcra or sliding (docs/algorithms.md, "The row"). Rows written before 0.3.0 are fixed.';
+COMMENT ON COLUMN @extschema@.platformkit_limits.window_start IS
+'fixed: start of the window, aligned to the Unix epoch; sliding: start of the current window; gcra: where tat is counted from. The window is window_end - window_start.';
+COMMENT ON COLUMN @extschema@.platformkit_limits.window_end IS
+'End of that window: a fixed window''s count is 0 from this moment; gcra: window_start plus the window, later than tat.';
+COMMENT ON COLUMN @extschema@.platformkit_limits.count IS
+'fixed: events in the window; sliding: events in the current window; gcra: steps of window / max_count from window_start to tat. Each call adds its cost, refused ones included unless record_refused is false; saturates at the largest bigint.';
+COMMENT ON COLUMN @extschema@.platformkit_limits.max_count IS
+'max_count of the last call that recorded (NULL before 0.3.0); gcra: count is in its steps.';
+COMMENT ON COLUMN @extschema@.platformkit_limits.previous_count IS
+'sliding: events in the window before the current one; NULL for the others.';
+COMMENT ON COLUMN @extschema@.platformkit_limits.expires_at IS
+'sliding: the end of the window after the current one, when its count stops weighing; NULL for the others. pklimit_purge measures retention from the latest of window_end, blocked_until and expires_at.';
+
+COMMENT ON FUNCTION @extschema@.pklimit_count(pg_catalog.text) IS
+'The count of key''s open state, as its algorithm reads it: the events of a fixed window, the events a GCRA bucket holds (rounded up), a sliding window''s estimate (rounded up); 0 if none is open. Records nothing.';
+
+COMMENT ON FUNCTION @extschema@.pklimit_purge(pg_catalog.interval) IS
+'Deletes every row, for all tenants, that stopped counting (its window, block or sliding window''s weight ended) more than retention (default 1 day) ago, in batches committed one by one; returns the number of rows deleted, or 0 if a purge of this database is already running.';
+
+-- the control file's comment, which CREATE EXTENSION alone sets
+COMMENT ON EXTENSION pklimit IS
+'shared, exact, durable rate limits (fixed window, GCRA, sliding window): one counter row per key';

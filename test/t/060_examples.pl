@@ -1,7 +1,9 @@
 # The login examples in examples/ (Python with psycopg 3, Node.js with pg,
 # Go with pgx v4) run against a pklimit node and print one line per attempt;
-# their output is asserted line by line.  A missing toolchain fails the test:
-# CI installs python3-psycopg, nodejs/npm, golang-go and
+# their output is asserted line by line.  The Python API example (api.py, a
+# GCRA limit per API key) is started as a server and sent requests, its
+# statuses and headers asserted.  A missing toolchain fails the test: CI
+# installs python3-psycopg, nodejs/npm, golang-go and
 # golang-github-jackc-pgx-v4-dev.
 use strict;
 use warnings;
@@ -10,10 +12,12 @@ use lib $FindBin::RealBin;
 use Cwd qw(abs_path);
 use File::Copy qw(copy);
 use File::Path qw(make_path);
+use HTTP::Tiny;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes;
 use PklimitTest;
 
 # examples/ sits next to test/ in the repository (test/t/ -> examples/).
@@ -139,6 +143,105 @@ sub run_example
 		$expected_rows, "$lang example: counts land in the right tenant");
 }
 
+# The API example: api.py with a limit of 10 per hour, so that one event
+# comes back to a bucket only every 360 s and a burst of 12 requests meets
+# no refill, however slow the machine.  Started on port 0 (it prints the
+# port the kernel chose), then sent requests with HTTP::Tiny.
+sub run_api_example
+{
+	my $db = 'ex_api';
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, 'CREATE EXTENSION pklimit');
+
+	my ($out, $err) = ('', '');
+	local $ENV{PGHOST} = $node->host;
+	local $ENV{PGPORT} = $node->port;
+	local $ENV{PGDATABASE} = $db;
+	local $ENV{PGUSER} = scalar getpwuid($<);
+	local $ENV{API_LIMIT} = 10;
+	local $ENV{API_WINDOW} = '1 hour';
+	my $server = IPC::Run::start([ '/usr/bin/python3', "$examples/python/api.py", '0' ],
+		'<', \undef, '>', \$out, '2>', \$err,
+		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+	$server->pump while $out !~ /^listening on (http:\S+)$/m && $server->pumpable;
+	my ($base) = $out =~ /^listening on (http:\S+)$/m;
+	ok($base, 'api.py starts and prints its address') or diag("stdout: $out\nstderr: $err");
+	return $server->kill_kill unless $base;
+	my $url = "$base/v1/quote";
+	my $http = HTTP::Tiny->new(timeout => $PostgreSQL::Test::Utils::timeout_default);
+
+	# Wait until it answers (HTTP::Tiny's 599 is its own "could not connect").
+	my $deadline = Time::HiRes::time() + $PostgreSQL::Test::Utils::timeout_default;
+	my $res = $http->get($url);
+	while ($res->{status} == 599 && Time::HiRes::time() < $deadline)
+	{
+		Time::HiRes::sleep(0.1);
+		$res = $http->get($url);
+	}
+	is($res->{status}, 401, 'api: no API key -> 401') or diag($res->{content});
+	ok(!exists $res->{headers}{'ratelimit-remaining'}, 'api: no API key counts nothing');
+	is($http->get($url, { headers => { Authorization => 'Bearer key-unknown' } })->{status},
+		401, 'api: an unknown API key -> 401');
+
+	# A burst of 12 on one key: 10 allowed, then refused.  The bucket drains
+	# one event per 360 s, so after the i-th request it is empty in i * 360 s
+	# (RateLimit-Reset) and a refused request fits again in 360 s
+	# (Retry-After), each less the time the burst has taken so far (exact on
+	# a fast machine; never less than the whole burst's time below).
+	my $start = Time::HiRes::time();
+	my @burst = map { $http->get($url, { headers => { Authorization => 'Bearer key-acme-1' } }) }
+	  1 .. 12;
+	my $elapsed = Time::HiRes::time() - $start;
+	note sprintf('api burst of 12: %.3fs', $elapsed);
+	my $within = sub {
+		my ($value, $max) = @_;
+		return defined $value && $value =~ /^\d+$/ && $value <= $max && $value >= $max - $elapsed;
+	};
+	for my $i (1 .. 12)
+	{
+		my ($r, $h) = ($burst[ $i - 1 ], $burst[ $i - 1 ]{headers});
+		my $what = "api: burst request $i";
+		is($h->{'ratelimit-limit'}, 10, "$what: RateLimit-Limit 10");
+		if ($i <= 10)
+		{
+			is($r->{status}, 200, "$what -> 200") or diag($r->{content});
+			is($h->{'ratelimit-remaining'}, 10 - $i, "$what: RateLimit-Remaining " . (10 - $i));
+			ok($within->($h->{'ratelimit-reset'}, 360 * $i),
+				"$what: RateLimit-Reset $h->{'ratelimit-reset'} is ${\(360 * $i)} s less the burst's time");
+			ok(!exists $h->{'retry-after'}, "$what: no Retry-After");
+			like($r->{content}, qr/^\{"quote": ".+"\}$/, "$what: the quote");
+		}
+		else
+		{
+			is($r->{status}, 429, "$what -> 429") or diag($r->{content});
+			is($h->{'ratelimit-remaining'}, 0, "$what: RateLimit-Remaining 0");
+			ok($within->($h->{'retry-after'}, 360),
+				"$what: Retry-After $h->{'retry-after'} is 360 s less the burst's time");
+			# the refusal is recorded, capped: the bucket is full from now
+			ok($within->($h->{'ratelimit-reset'}, 3600),
+				"$what: RateLimit-Reset $h->{'ratelimit-reset'} is 3600 s less the burst's time");
+		}
+	}
+
+	# Another key of the same tenant, and one of another tenant by X-Api-Key:
+	# each its own bucket.
+	$res = $http->get($url, { headers => { Authorization => 'Bearer key-acme-2' } });
+	is($res->{status}, 200, 'api: another API key -> 200');
+	is($res->{headers}{'ratelimit-remaining'}, 9, 'api: another API key has its own bucket');
+	$res = $http->get($url, { headers => { 'X-Api-Key' => 'key-globex-1' } });
+	is($res->{status}, 200, 'api: X-Api-Key -> 200');
+	is($res->{headers}{'ratelimit-remaining'}, 9, 'api: X-Api-Key, another tenant, its own bucket');
+
+	$server->kill_kill;
+	is($node->safe_psql($db,
+			'SELECT key, algorithm FROM platformkit_limits ORDER BY key COLLATE "C"'),
+		join("\n",
+			't4:acme:api:key-acme-1|gcra',
+			't4:acme:api:key-acme-2|gcra',
+			't6:globex:api:key-globex-1|gcra'),
+		'api example: one GCRA state per API key, in its tenant');
+}
+
 # A toolchain that is missing is a failure, not a skip.
 sub need
 {
@@ -153,6 +256,7 @@ sub need
 if (need('python3-psycopg', '/usr/bin/python3', '-c', 'import psycopg'))
 {
 	run_example('python', [ '/usr/bin/python3', "$examples/python/login.py" ]);
+	run_api_example();
 }
 
 # Node.js: pg from npm, installed with "npm ci" from the lockfile into a
