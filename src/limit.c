@@ -592,17 +592,21 @@ describe(const State *st, const PklimitRow *after, const PklimitCall *call,
 	int64		events = Max(call->cost, 1);
 	bool		counts = !decision->blocked || st->from_row;
 
-	decision->count = state_count(st, now);
+	/* a GCRA bucket's events are counted in the call's steps */
+	decision->count = (st->algorithm == PKLIMIT_GCRA && call->max_count == 0) ?
+		0 : state_count(st, now);
 	decision->reset_at = state_reset(st, counts, now);
-	/* refused by a block alone: the block's end */
-	decision->retry_at =
-		(decision->allowed || state_allows(st, call->max_count, events, now)) ?
-		now : state_retry(st, call->max_count, events, now);
 	if (blocked(after, now))
-	{
 		decision->reset_at = Max(decision->reset_at, after->blocked_until);
+	/* refused by a block alone: the block's end; by no wait: the reset */
+	if (decision->allowed || state_allows(st, call->max_count, events, now))
+		decision->retry_at = now;
+	else if (events > call->max_count)
+		decision->retry_at = decision->reset_at;
+	else
+		decision->retry_at = state_retry(st, call->max_count, events, now);
+	if (blocked(after, now))
 		decision->retry_at = Max(decision->retry_at, after->blocked_until);
-	}
 }
 
 /*

@@ -448,7 +448,7 @@ extern bool pklimit_table_oldest_end(Oid nspid, TimestampTz *oldest,
 
 /* store.c: the statements on platformkit_limits, in the current transaction */
 extern void pklimit_store_hit(const PklimitTable *table, const char *stored_key,
-							  const PklimitCall *last, int64 events,
+							  int64 window_usec, int64 max_count, int64 events,
 							  TimestampTz now, PklimitRow *row);
 extern bool pklimit_store_read(const PklimitTable *table, const char *stored_key,
 							   bool lock, PklimitRow *row);

@@ -373,26 +373,26 @@ get_row(PklimitRow *row)
 }
 
 /*
- * Record events on stored_key at now, in a window of the last call's length
- * if the key's has closed; *row is the row after.  The caller has connected
- * to SPI.
+ * Record events on stored_key at now, in a window of window_usec if the
+ * key's has closed, max_count the last call's; *row is the row after.  The
+ * caller has connected to SPI.
  */
 void
 pklimit_store_hit(const PklimitTable *table, const char *stored_key,
-				  const PklimitCall *last, int64 events, TimestampTz now,
-				  PklimitRow *row)
+				  int64 window_usec, int64 max_count, int64 events,
+				  TimestampTz now, PklimitRow *row)
 {
 	PklimitRow	window;
 	Datum		values[6];
 	int			rc;
 
-	pklimit_new_window(now, last->window_usec, &window);
+	pklimit_new_window(now, window_usec, &window);
 	values[0] = CStringGetTextDatum(stored_key);
 	values[1] = TimestampTzGetDatum(window.window_start);
 	values[2] = TimestampTzGetDatum(window.window_end);
 	values[3] = Int64GetDatum(events);
 	values[4] = TimestampTzGetDatum(now);
-	values[5] = Int64GetDatum(last->max_count);
+	values[5] = Int64GetDatum(max_count);
 	rc = run(table, STMT_HIT, values, NULL);
 	if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 		elog(ERROR, "pklimit: recording an event returned %d", rc);

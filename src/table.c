@@ -136,7 +136,8 @@ pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table)
 	has_rules = ((Form_pg_class) GETSTRUCT(tuple))->relhasrules;
 	ReleaseSysCache(tuple);
 	table->version =
-		(get_attnum(relid, "algorithm") != InvalidAttrNumber) ? 3 :
+		(get_attnum(relid, "algorithm") != InvalidAttrNumber &&
+		 get_attnum(relid, "expires_at") != InvalidAttrNumber) ? 3 :
 		(get_attnum(relid, "blocked_until") != InvalidAttrNumber) ? 2 : 1;
 
 	/*

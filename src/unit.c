@@ -116,8 +116,8 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 				members[j]->unfold = true;
 			return false;
 		}
-	pklimit_store_hit(table, head->key, &members[m - 1]->request.call,
-					  events, now, &row);
+	pklimit_store_hit(table, head->key, head->call.window_usec,
+					  members[m - 1]->request.call.max_count, events, now, &row);
 	if (!pklimit_fold_known(row.count, m))
 	{
 		for (int k = 0; k < m; k++)

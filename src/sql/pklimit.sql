@@ -960,12 +960,15 @@ DO $dependents$
 DECLARE
 	dependents pg_catalog.text;
 BEGIN
-	SELECT pg_catalog.string_agg(DISTINCT CASE
-			WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
-			THEN (SELECT pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass,
-							r.ev_class, 0)
-					FROM pg_catalog.pg_rewrite r WHERE r.oid OPERATOR(pg_catalog.=) d.objid)
-			ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) END, ', ')
+	-- a view by its name, not by its rule's
+	SELECT pg_catalog.string_agg(DISTINCT COALESCE(
+			(SELECT pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass,
+						r.ev_class, 0)
+			   FROM pg_catalog.pg_rewrite r
+			  WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+				AND r.oid OPERATOR(pg_catalog.=) d.objid
+				AND r.rulename OPERATOR(pg_catalog.=) '_RETURN'),
+			pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)), ', ')
 	  INTO dependents
 	  FROM pg_catalog.pg_depend d
 	  JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.refobjid
@@ -986,7 +989,9 @@ END
 $dependents$;
 
 SELECT pg_catalog.set_config('pklimit_update.acl_' OPERATOR(pg_catalog.||) p.proname,
-		COALESCE(p.proacl::pg_catalog.text, ''), true)
+		COALESCE(p.proacl::pg_catalog.text, ''), true),
+	   pg_catalog.set_config('pklimit_update.owner_' OPERATOR(pg_catalog.||) p.proname,
+		p.proowner::pg_catalog.regrole::pg_catalog.text, true)
   FROM pg_catalog.pg_proc p
  WHERE p.pronamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
    AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['pklimit_allow', 'pklimit_check',
@@ -1048,14 +1053,29 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text) IS
 'Several limits in one call, as pklimit_check_all: true iff every limit allows.';
 
--- Each replaced function's privileges go to its successor, as the grants
--- of a user (which pg_dump dumps): what default privileges (ALTER DEFAULT
--- PRIVILEGES) gave the new one gives way to them.
+-- Each replaced function's owner and privileges go to its successor, the
+-- privileges as the grants of a user (which pg_dump dumps) made by the
+-- owner: what default privileges (ALTER DEFAULT PRIVILEGES) gave the new
+-- one gives way to them.
 DO $privileges$
 DECLARE
 	f record;
 	a record;
 BEGIN
+	FOR f IN
+		SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text AS signature,
+			   pg_catalog.current_setting('pklimit_update.owner_' OPERATOR(pg_catalog.||)
+					p.proname) AS owner
+		  FROM pg_catalog.pg_proc p
+		 WHERE p.pronamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
+		   AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['pklimit_allow', 'pklimit_check',
+				'pklimit_check_all', 'pklimit_allow_all']::pg_catalog.name[])
+		   AND p.pronargs OPERATOR(pg_catalog.=) 7
+		   AND p.proowner OPERATOR(pg_catalog.<>) pg_catalog.current_setting('pklimit_update.owner_'
+				OPERATOR(pg_catalog.||) p.proname)::pg_catalog.regrole
+	LOOP
+		EXECUTE pg_catalog.format('ALTER FUNCTION %s OWNER TO %s', f.signature, f.owner);
+	END LOOP;
 	FOR f IN
 		SELECT p.oid, p.oid::pg_catalog.regprocedure::pg_catalog.text AS signature,
 			   p.proowner, p.proacl,
@@ -1116,20 +1136,23 @@ BEGIN
 		ADD COLUMN IF NOT EXISTS expires_at pg_catalog.timestamptz';
 	SELECT pg_catalog.string_agg(pg_catalog.quote_ident(c.name), ', ' ORDER BY c.name)
 	  INTO wrong
-	  FROM (VALUES ('algorithm', 'pg_catalog.text'::pg_catalog.regtype),
-				   ('max_count', 'pg_catalog.int8'), ('previous_count', 'pg_catalog.int8'),
-				   ('expires_at', 'pg_catalog.timestamptz')) c(name, type)
+	  FROM (VALUES ('algorithm', 'pg_catalog.text'::pg_catalog.regtype, true),
+				   ('max_count', 'pg_catalog.int8', false), ('previous_count', 'pg_catalog.int8', false),
+				   ('expires_at', 'pg_catalog.timestamptz', false)) c(name, type, not_null)
 	  JOIN pg_catalog.pg_attribute a
 		ON a.attrelid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits'::pg_catalog.regclass
 	   AND a.attname OPERATOR(pg_catalog.=) c.name AND NOT a.attisdropped
-	 WHERE a.atttypid OPERATOR(pg_catalog.<>) c.type;
+	 WHERE a.atttypid OPERATOR(pg_catalog.<>) c.type
+		OR a.attnotnull OPERATOR(pg_catalog.<>) c.not_null;
 	IF wrong IS NOT NULL THEN
 		RAISE EXCEPTION USING ERRCODE = 'duplicate_column',
 			MESSAGE = pg_catalog.format('columns of platformkit_limits are not pklimit''s: %s', wrong),
-			DETAIL = 'Version 0.3.0 adds the columns algorithm (text), max_count and previous_count (bigint) and expires_at (timestamptz).',
+			DETAIL = 'Version 0.3.0 adds the columns algorithm (text, not null), max_count and previous_count (bigint) and expires_at (timestamptz).',
 			HINT = 'Drop or rename those columns, then update again.';
 	END IF;
-	IF pg_catalog.pg_get_indexdef('@extschema@.platformkit_limits_purge_idx'::pg_catalog.regclass)
+	-- (a relation of this name that is not an index on this table is
+	-- refused above, with the other planted names)
+	IF pg_catalog.pg_get_indexdef(pg_catalog.to_regclass('@extschema@.platformkit_limits_purge_idx'))
 		   OPERATOR(pg_catalog.!~) 'expires_at' THEN
 		EXECUTE 'DROP INDEX @extschema@.platformkit_limits_purge_idx';
 	END IF;
