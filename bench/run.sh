@@ -16,6 +16,10 @@
 #             baseline a user would otherwise write
 #   redis     INCR + PEXPIRE in one Lua script (redis-benchmark), when
 #             REDIS is not 0
+#   algorithms  pklimit_allow with algorithm => 'gcra' and 'sliding'
+#             (docs/algorithms.md), all other options the defaults, beside
+#             the default fixed window, on one hot key and over 100,000
+#             keys, with pgbench -M simple and -M prepared
 #   two limits  a request guarded by two limits (an account and an
 #             address): one pklimit_allow_all on both keys, recorded
 #             together, beside two pklimit_allow calls
@@ -82,6 +86,12 @@ for ks in hot 100000; do
 	script "select1_$ks" hot "SELECT 1;"
 	script "plain_$ks" "$ks" "$(echo "$PLAIN" | sed "s/SELECT k,/SELECT $k,/" | tr '\n' ' ');"
 	script "pklimit_$ks" "$ks" "SELECT pklimit_allow($k, 1000000000, '1 hour');"
+	# a key of its own for each algorithm: a key has one state, so a gcra
+	# call on a fixed window's key would count in the fixed window
+	for a in gcra sliding; do
+		if [ "$ks" = hot ]; then ak="'hot-$a'"; else ak="'$a-' || :k"; fi
+		script "${a}_$ks" "$ks" "SELECT pklimit_allow($ak, 1000000000, '1 hour', algorithm => '$a');"
+	done
 	script "dblink_$ks" "$ks" \
 		"SELECT CASE WHEN dblink_get_connections() IS NULL THEN dblink_connect('c', '$CONN') END \\gset" \
 		"SELECT * FROM dblink('c', format(\$q\$$(echo "$PLAIN" | sed "s/SELECT k,/SELECT %L,/" | tr '\n' ' ')\$q\$, $k)) AS t(count bigint);"
@@ -133,18 +143,22 @@ async() {
 # pgb SCRIPT CLIENTS [DB]: one pgbench run (PGB_JOBS threads, default 2);
 # prints "tps latency_ms cpu_us_per_transaction p99_ms".  SCRIPT ending in
 # _nostats: the script without it, with pklimit.track_stats off; ending in
-# _async: the script without it, with pklimit.asynchronous_commit on.  A
-# pgbench that fails, or makes no call, ends the benchmark.
+# _async: the script without it, with pklimit.asynchronous_commit on; ending
+# in _prepared: the script without it, with pgbench -M prepared (else the
+# simple protocol).  A pgbench that fails, or makes no call, ends the
+# benchmark.
 pgb() {
-	local opts= db=${3:-$PKLIMIT_DB} script=${1%_nostats} before ticks0 out calls logs
+	local opts= db=${3:-$PKLIMIT_DB} script=${1%_nostats} before ticks0 out calls logs mode=simple
 	[[ $1 == *_nostats ]] && opts="-c pklimit.track_stats=off"
+	[[ $1 == *_prepared ]] && mode=prepared
+	script=${script%_prepared}
 	script=${script%_async}
 	if [[ $1 == *_async ]]; then async on; else async off; fi
 	logs=$(mktemp -d -p "$B") && chown $RUN_AS "$logs"
 	before=$(children)
 	ticks0=$(server_ticks)
 	out=$(cd "$logs" && as_user env PGOPTIONS="$opts" \
-		pgbench -n -c "$2" -j "${PGB_JOBS:-$(($2 < 2 ? 1 : 2))}" -T "$DURATION" -f "$B/$script.sql" \
+		pgbench -n -M "$mode" -c "$2" -j "${PGB_JOBS:-$(($2 < 2 ? 1 : 2))}" -T "$DURATION" -f "$B/$script.sql" \
 		-l --log-prefix="$logs/log" -h "$PGHOST" -p "$PGPORT" -U postgres "$db" 2>&1) || {
 		echo "bench: pgbench failed on $1 with $2 clients in $db:" >&2
 		echo "$out" | tail -n 5 >&2
@@ -175,6 +189,7 @@ measure() {
 	for r in $(seq 1 "$ROUNDS"); do
 		for s in "$@"; do
 			[[ $s == pklimit_hot* || $s == pklimit_100000* ]] && q -c "SELECT pklimit_forget('hot')" >/dev/null
+			[[ $s == gcra_hot* || $s == sliding_hot* ]] && q -c "SELECT pklimit_forget('hot-${s%%_*}')" >/dev/null
 			res=$(pgb "$s" "$clients")
 			vals[$s]+="$(echo "$res" | cut -d' ' -f"$field") "
 			cpus[$s]+="$(echo "$res" | cut -d' ' -f3) "
@@ -209,6 +224,24 @@ measure many "$CLIENTS" 1 plain_100000 pklimit_100000
 echo "$CLIENTS clients over 100,000 keys: calls/s"
 for s in plain_100000 pklimit_100000; do row "${s%_100000}" "$s"; done
 MANY=$(ratio "${M[pklimit_100000]}" "${M[plain_100000]}")
+
+# the algorithms side by side, default options: one hot key, 100,000 keys,
+# with the simple and the extended protocol (drivers that prepare)
+declare -A ALG
+for ks in hot 100000 hot_prepared 100000_prepared; do
+	k=${ks%_prepared}
+	measure "alg_$ks" "$CLIENTS" 1 "pklimit_$ks" "gcra_$ks" "sliding_$ks"
+	if [ "$k" = hot ]; then where="one hot key"; else where="over 100,000 keys"; fi
+	[ "$k" = "$ks" ] && mode=simple || mode=prepared
+	echo "$CLIENTS clients $where, each algorithm, -M $mode: calls/s"
+	row "fixed (the default)" "pklimit_$ks"
+	row "gcra" "gcra_$ks"
+	row "sliding" "sliding_$ks"
+	for a in gcra sliding; do
+		ALG[${a}_$ks]=$(ratio "${M[${a}_$ks]}" "${M[pklimit_$ks]}")
+		ALG[${a}_cpu_$ks]=$(ratio "${CPU[${a}_$ks]}" "${CPU[pklimit_$ks]}")
+	done
+done
 
 # many clients: 64 and 256, on one hot key and over 100,000 keys
 declare -A SCALE
@@ -366,6 +399,15 @@ line "CPU per call, 100,000 keys, 64 clients: pklimit / plain (<= 0.5)" "${SCALE
 line "8 databases x 8 clients / 1 database x 64 clients" "$MULTI"
 line "hot key, 64 clients: asynchronous commit / not" "$ASYNC_GAIN"
 line "1 client latency: pklimit / plain (<= 1.25)" "$LAT"
+for ks in hot 100000 hot_prepared 100000_prepared; do
+	k=${ks%_prepared}
+	if [ "$k" = hot ]; then where="hot key"; else where="100,000 keys"; fi
+	[ "$k" = "$ks" ] && mode=simple || mode=prepared
+	for a in gcra sliding; do
+		line "$where, $CLIENTS clients, -M $mode: $a / fixed, calls/s (CPU per call) (>= 0.9)" \
+			"${ALG[${a}_$ks]} (${ALG[${a}_cpu_$ks]})"
+	done
+done
 line "rolled back, hot key: pklimit / dblink (>= 5)" "$RB"
 line "1,000,000 keys / 1,000 keys (>= 0.8)" "$SIZE"
 line "two limits, $CLIENTS clients: allow_all / two calls, requests/s" "$TWO"

@@ -598,11 +598,15 @@ describe(const State *st, const PklimitRow *after, const PklimitCall *call,
 	decision->reset_at = state_reset(st, counts, now);
 	if (blocked(after, now))
 		decision->reset_at = Max(decision->reset_at, after->blocked_until);
-	/* refused by a block alone: the block's end; by no wait: the reset */
+	/*
+	 * Refused by a block alone: the block's end; where no wait allows: the
+	 * reset, or a window if the key holds nothing (never 0 for a refusal).
+	 */
 	if (decision->allowed || state_allows(st, call->max_count, events, now))
 		decision->retry_at = now;
 	else if (events > call->max_count)
-		decision->retry_at = decision->reset_at;
+		decision->retry_at = decision->reset_at > now ? decision->reset_at :
+			now + st->window;
 	else
 		decision->retry_at = state_retry(st, call->max_count, events, now);
 	if (blocked(after, now))

@@ -4,7 +4,13 @@
 # version (the control file's default_version, through every update script
 # after 0.2.0) leaves pklimit's objects identical to a fresh install of it;
 # the update refuses to go on beside an object planted under one of
-# pklimit's names.
+# pklimit's names.  From 0.2.0 to 0.3.0 (docs/algorithms.md): a 0.2.0
+# install updated, while calls go on, has the objects of a fresh install;
+# its rows are fixed windows that keep counting, calls of the new algorithms
+# included; a view or SQL function of a user on one of the four replaced
+# recording functions makes the update fail with 2BP01, naming them; the
+# privileges of the four go to their successors, default privileges
+# included.
 use strict;
 use warnings;
 use FindBin;
@@ -124,12 +130,19 @@ is($node->safe_psql('old', "SELECT nodename FROM cron.job WHERE jobname = 'pklim
 is($node->safe_psql('old', $job), $job_before, 'the same job');
 my $updated = extension_catalog($node, 'old');
 my $fresh = extension_catalog($node, 'fresh');
-like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval,bigint,boolean,interval\)/m,
+like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval,bigint,boolean,interval,text\)/m,
 	'the catalog comparison sees the functions');
 like($fresh, qr/^column public\.platformkit_limits\.blocked_until timestamp with time zone/m,
 	'and the column 0.2.0 adds');
 like($fresh, qr/^column public\.platformkit_limits\.count bigint/m, 'and the columns');
+like($fresh, qr/^column public\.platformkit_limits\.expires_at timestamp with time zone/m,
+	'and the columns 0.3.0 adds');
+like($fresh, qr/^index CREATE INDEX platformkit_limits_purge_idx .*\(GREATEST\(window_end, blocked_until, expires_at\)\)$/m,
+	'and the purge index of 0.3.0');
 is($updated, $fresh, 'the updated database has the objects of a fresh install');
+is($node->safe_psql('old', q{SELECT count(*), count(*) FILTER (WHERE algorithm = 'fixed' AND max_count IS NULL
+	AND previous_count IS NULL AND expires_at IS NULL) FROM platformkit_limits}), '4|4',
+	'the rows written before 0.3.0 are fixed windows, with NULL in the columns it adds');
 is($node->safe_psql('old', "SELECT pklimit_allow('after', 1, '1 hour')"), 't', 'calls go on after the update');
 is($node->safe_psql('old', "SELECT allowed FROM pklimit_check('after', 1, '1 hour', block => '1 day')"), 'f',
 	'and take what 0.2.0 adds');
@@ -224,6 +237,158 @@ $node->safe_psql('column_added', q{
 like($err, qr/column "blocked_until" of platformkit_limits is not pklimit's/,
 	'a column blocked_until of another type makes the update fail');
 is($node->safe_psql('column_added', $version), '0.1.0', 'which changed nothing');
+
+# --- from 0.2.0 to 0.3.0: a 0.2.0 install, with rows, updated while two
+# sessions keep calling, has the objects of a fresh install, and its rows
+# keep counting as the fixed windows they are
+$node->safe_psql('postgres', 'CREATE DATABASE v020');
+$node->safe_psql('v020', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.2.0'");
+is($node->safe_psql('v020', $version), '0.2.0', 'database v020 is at 0.2.0');
+is($node->safe_psql('v020', q{SELECT pklimit_allow('kept', 3, '36500 days'), pklimit_allow('kept', 3, '36500 days'),
+	pklimit_allow('banned', 0, '36500 days', block => '36500 days')}), 't|t|f',
+	'calls at 0.2.0: a key with 2 of 3 events, a blocked key');
+my $v020_rows = 'SELECT key, window_start, window_end, count, updated_at, blocked_until'
+  . ' FROM platformkit_limits WHERE key <> \'g:during\' ORDER BY key';
+my $v020_before = $node->safe_psql('v020', $v020_rows);
+@callers = ();
+for my $s (1, 2)
+{
+	my $caller = $node->background_psql('v020');
+	$caller->query_until(qr/go/, "\\echo go\n"
+		  . "DO \$\$ BEGIN FOR i IN 1 .. $per_session LOOP"
+		  . " PERFORM pklimit_allow('during', 1000000, '36500 days'); END LOOP; END \$\$;\n"
+		  . "\\echo done\n");
+	push @callers, $caller;
+}
+ok($node->poll_query_until('v020', "SELECT pklimit_count('during') > 0"), 'the calls on v020 are going on');
+$node->safe_psql('v020', "ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
+$at_update = $node->safe_psql('v020', "SELECT pklimit_count('during')");
+cmp_ok($at_update, '<', 2 * $per_session,
+	"the update to 0.3.0 committed while calls went on ($at_update recorded by then)");
+$_->query_until(qr/done/, '') for @callers;
+$_->quit for @callers;
+is($node->safe_psql('v020', "SELECT pklimit_count('during')"), 2 * $per_session,
+	'every call made across the update to 0.3.0 was recorded');
+$node->safe_psql('v020', "SELECT pklimit_forget('during')");
+is($node->safe_psql('v020', $version), '0.3.0', 'database v020 is now at 0.3.0');
+is(extension_catalog($node, 'v020'), $fresh, 'the 0.2.0 install updated to 0.3.0 has the objects of a fresh install');
+is($node->safe_psql('v020', $v020_rows), $v020_before, 'every row of 0.2.0 is kept');
+is($node->safe_psql('v020', q{SELECT string_agg(concat_ws(':', key, algorithm, max_count IS NULL, previous_count IS NULL,
+	expires_at IS NULL), ' ' ORDER BY key) FROM platformkit_limits}),
+	'g:banned:fixed:t:t:t g:kept:fixed:t:t:t',
+	'as fixed windows, with NULL in the columns 0.3.0 adds');
+is($node->safe_psql('v020', "SELECT pklimit_count('kept')"), '2', 'the count of 0.2.0 survives');
+is($node->safe_psql('v020', q{
+	SELECT string_agg(concat_ws(':', a, allowed, count, remaining), ' ' ORDER BY i)
+	  FROM unnest(ARRAY['gcra', 'gcra', 'sliding', 'fixed']) WITH ORDINALITY v(a, i),
+		   LATERAL pklimit_check('kept', 3, '36500 days', algorithm => a)}),
+	'gcra:t:3:0 gcra:f:4:0 sliding:f:5:0 fixed:f:6:0',
+	'calls of every algorithm count in the open fixed window of 0.2.0');
+is($node->safe_psql('v020', "SELECT algorithm, count, max_count FROM platformkit_limits WHERE key = 'g:kept'"),
+	'fixed|6|3', 'which stays a fixed window, with the max_count of the last call');
+is($node->safe_psql('v020', q{SELECT pklimit_allow('banned', 100, '36500 days', algorithm => 'gcra'),
+	pklimit_allow('banned', 100, '36500 days', algorithm => 'sliding')}), 'f|f',
+	'a key blocked at 0.2.0 stays blocked for every algorithm');
+is($node->safe_psql('v020', q{SELECT allowed, count FROM pklimit_check('new', 2, '36500 days', algorithm => 'gcra')}),
+	't|1', 'and GCRA counts a new key');
+
+# --- a view or an SQL function of a user on one of the four recording
+# functions 0.3.0 replaces makes the update fail, naming them; one on
+# another of pklimit's functions does not
+$node->safe_psql('postgres', 'CREATE DATABASE dependent');
+$node->safe_psql('dependent', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.2.0'");
+$node->safe_psql('dependent', q{
+	CREATE VIEW login_check AS SELECT * FROM pklimit_check('login', 5, '1 hour');
+	CREATE FUNCTION app_allow(k text) RETURNS boolean LANGUAGE sql
+	  BEGIN ATOMIC SELECT pklimit_allow_all(ARRAY[k], ARRAY[5], ARRAY['1 hour']::interval[]); END;
+	CREATE VIEW login_count AS SELECT pklimit_count('login') AS n});
+($ret, $out, $err) = $node->psql('dependent', "\\set VERBOSITY verbose\nALTER EXTENSION pklimit UPDATE TO '0.3.0'");
+like($err, qr/ERROR:  2BP01: cannot update pklimit while objects depend on its recording functions: function app_allow\(text\), view login_check\n/,
+	'a view on pklimit_check and an SQL function on pklimit_allow_all make the update fail with 2BP01, naming both');
+is($node->safe_psql('dependent', $version), '0.2.0', 'which changed nothing');
+$node->safe_psql('dependent', 'DROP VIEW login_check');
+($ret, $out, $err) = $node->psql('dependent', "\\set VERBOSITY verbose\nALTER EXTENSION pklimit UPDATE TO '0.3.0'");
+like($err, qr/ERROR:  2BP01: cannot update pklimit while objects depend on its recording functions: function app_allow\(text\)\n/,
+	'the function alone still makes it fail');
+$node->safe_psql('dependent', "DROP FUNCTION app_allow(text); ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
+is($node->safe_psql('dependent', $version), '0.3.0', 'without them the update goes through');
+is($node->safe_psql('dependent', 'SELECT n FROM login_count'), '0', 'and the view on pklimit_count stays');
+
+# --- the privileges of the four replaced functions go to their successors:
+# a grant, a REVOKE from PUBLIC, a grant option, the defaults; a setting of
+# the update's own name, planted on the database, is not read
+my $acl = sub {
+	my ($db, $nargs) = @_;
+	return $node->safe_psql($db, qq{
+	SELECT string_agg(p.proname || '=' || (SELECT string_agg(format('%s:%s:%s',
+			CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END,
+			a.privilege_type, a.is_grantable), ',' ORDER BY 1)
+		  FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a), ' ' ORDER BY p.proname)
+	  FROM pg_proc p WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
+	   AND p.pronargs = $nargs});
+};
+$node->safe_psql('postgres', 'CREATE DATABASE carried3');
+$node->safe_psql('carried3', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.2.0'");
+$node->safe_psql('carried3', q{
+	REVOKE ALL ON FUNCTION pklimit_allow(text, bigint, interval, bigint, boolean, interval) FROM PUBLIC;
+	GRANT EXECUTE ON FUNCTION pklimit_allow(text, bigint, interval, bigint, boolean, interval) TO app;
+	REVOKE ALL ON FUNCTION pklimit_check(text, bigint, interval, bigint, boolean, interval) FROM PUBLIC;
+	REVOKE ALL ON FUNCTION pklimit_check_all(text[], bigint[], interval[], bigint, boolean, interval) FROM PUBLIC;
+	GRANT EXECUTE ON FUNCTION pklimit_check_all(text[], bigint[], interval[], bigint, boolean, interval)
+	  TO app WITH GRANT OPTION});
+$node->safe_psql('postgres',
+	"ALTER DATABASE carried3 SET pklimit_update.acl_pklimit_allow_all = '{app=X/postgres}'");
+my $acl_020 = $acl->('carried3', 6);
+$node->safe_psql('carried3', "ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
+is($acl->('carried3', 7), $acl_020, 'each new function has the privileges of the one it replaces');
+is($node->safe_psql('carried3', q{
+	SELECT string_agg(p.proname || ':' || has_function_privilege('app', p.oid, 'EXECUTE')
+	  || ':' || has_function_privilege('public', p.oid, 'EXECUTE')
+	  || ':' || has_function_privilege('app', p.oid, 'EXECUTE WITH GRANT OPTION'), ' ' ORDER BY p.proname)
+	  FROM pg_proc p WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
+	   AND p.pronargs = 7}),
+	'pklimit_allow:true:false:false pklimit_allow_all:true:true:false pklimit_check:false:false:false'
+	  . ' pklimit_check_all:true:false:true',
+	'a grant, a REVOKE from PUBLIC, a grant option and the defaults are carried');
+is($node->safe_psql('carried3', q{
+	SELECT count(*) FROM pg_init_privs i JOIN pg_proc p ON p.oid = i.objoid
+	 WHERE i.classoid = 'pg_proc'::regclass
+	   AND p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')}),
+	'0', 'as the grants of a user, which pg_dump dumps');
+is($node->safe_psql('carried3', q{SET ROLE app; SELECT pklimit_allow('k', 1, '1 hour', algorithm => 'gcra')}), 't',
+	'a role granted EXECUTE at 0.2.0 records at 0.3.0');
+
+# and the database whose privileges were carried from 0.1.0 to 0.2.0 (with
+# its planted setting) keeps them at 0.3.0
+$node->safe_psql('carried', "ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
+is($node->safe_psql('carried', q{
+	SELECT string_agg(p.proname || ':' || has_function_privilege('app', p.oid, 'EXECUTE')
+	  || ':' || has_function_privilege('public', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
+	  FROM pg_proc p WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
+	   AND p.pronargs = 7}),
+	'pklimit_allow:true:false pklimit_allow_all:true:false pklimit_check:false:false pklimit_check_all:false:false',
+	'the privileges carried from 0.1.0 to 0.2.0 are carried on to 0.3.0');
+
+# under default privileges (database defaults, at 0.2.0 since above, with
+# default privileges that take EXECUTE from PUBLIC and grant it to app):
+# the new functions get the privileges of the replaced ones, not those
+$acl_020 = $acl->('defaults', 6);
+$node->safe_psql('defaults', "ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
+is($node->safe_psql('defaults', $version), '0.3.0', 'database defaults is at 0.3.0');
+is($acl->('defaults', 7), $acl_020,
+	'under default privileges, each new function has the privileges of the one it replaces');
+is($node->safe_psql('defaults', q{
+	SELECT string_agg(p.proname || ':' || has_function_privilege('public', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
+	  FROM pg_proc p WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
+	   AND p.pronargs = 7}),
+	'pklimit_allow:true pklimit_allow_all:true pklimit_check:true pklimit_check_all:true',
+	'default privileges that take EXECUTE from PUBLIC do not take the new functions away from it');
+is($node->safe_psql('defaults', q{SELECT count(*) FROM pg_proc p, aclexplode(p.proacl) a
+	WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
+	  AND p.pronargs = 7 AND a.grantee = 'app'::regrole}), '0',
+	'nor give app a grant of its own on them');
+is($node->safe_psql('defaults', q{SET ROLE app; SELECT pklimit_allow('k3', 1, '36500 days', algorithm => 'sliding')}), 't',
+	'a plain role still records after the update to 0.3.0');
 
 $node->stop;
 done_testing();

@@ -3,8 +3,9 @@
 # nodes at once, each batch one distributed transaction (a retried batch
 # counts nothing twice), the lock wait bounded on every node, no stall
 # between nodes, tenants and row level security, purge by hand and by
-# pg_cron, the update from 0.1.0 of a distributed table, a reference table,
-# and the way to drop the extension.  Not run (never passed) where the citus
+# pg_cron, GCRA and the sliding window (exact answers from several nodes, on
+# one key and at once), the updates from 0.1.0 and 0.2.0 of a distributed
+# table, a reference table, and the way to drop the extension.  Not run (never passed) where the citus
 # extension is not installed: see docs/citus.md.
 use strict;
 use warnings;
@@ -121,7 +122,7 @@ is($coord->safe_psql('postgres', q{
 is($coord->safe_psql('postgres', q{
 	SELECT string_agg(result, ',') FROM run_command_on_workers(
 		$$SELECT extversion FROM pg_extension WHERE extname = 'pklimit'$$)}),
-	'0.2.0,0.2.0', 'pklimit is created on the worker nodes with the coordinator');
+	'0.3.0,0.3.0', 'pklimit is created on the worker nodes with the coordinator');
 
 # --- exact: 4 clients on the coordinator, rows on both worker nodes
 $_->safe_psql('postgres', 'SELECT pklimit_stats_reset()') for @nodes;
@@ -139,6 +140,74 @@ is($coord->safe_psql('postgres', q{
 	 WHERE shardid IN (SELECT get_shard_id_for_distribution_column('platformkit_limits', key)
 						 FROM platformkit_limits WHERE key LIKE 'g:exact-%')}),
 	'2', 'the rows live on both worker nodes');
+
+# --- GCRA and the sliding window on the distributed table (windows of 36500
+# days, so the clock does not matter): a GCRA key bursts 3 then refuses, a
+# sliding key counts exactly, whichever node calls; each key's one row lives
+# on a worker node
+my ($gcra_key, $gcra_port) = key_on_other_node('postgres', 'dist-gcra', $coord->port);
+my ($sliding_key) = key_on_other_node('postgres', 'dist-sliding', $coord->port, $gcra_port);
+my @answers;
+for my $call ([$coord, 'gcra'], [$coord, 'gcra'], [$workers[0], 'gcra'], [$workers[1], 'gcra'],
+	[$coord, 'sliding'], [$workers[1], 'sliding'], [$workers[0], 'sliding'], [$coord, 'sliding'])
+{
+	my ($node, $algorithm) = @$call;
+	my $key = $algorithm eq 'gcra' ? $gcra_key : $sliding_key;
+	push @answers, $node->safe_psql('postgres', qq{
+		SELECT concat_ws(':', allowed, count, remaining, status)
+		  FROM pklimit_check('$key', 3, '36500 days', algorithm => '$algorithm')});
+}
+is("@answers", 't:1:2:ok t:2:1:ok t:3:0:ok f:3:0:ok t:1:2:ok t:2:1:ok t:3:0:ok f:4:0:ok',
+	"GCRA ($gcra_key) and sliding ($sliding_key) calls from three nodes answer as on one server");
+is($workers[1]->safe_psql('postgres', "SELECT pklimit_count('$gcra_key') || ',' || pklimit_count('$sliding_key')"),
+	'3,4', 'pklimit_count reads both states from a worker node');
+is($coord->safe_psql('postgres', qq{
+	SELECT string_agg(concat_ws(':', algorithm, max_count, previous_count, window_end - window_start,
+		expires_at - window_end), ' ' ORDER BY algorithm)
+	  FROM platformkit_limits WHERE key IN ('g:$gcra_key', 'g:$sliding_key')}),
+	'gcra:3:36500 days sliding:3:0:36500 days:36500 days',
+	'each key is one row of its algorithm (NULLs left out: no previous count or expiry for GCRA)');
+# one state per key: a fixed call from a worker node counts in the GCRA state
+is($workers[0]->safe_psql('postgres', "SELECT allowed FROM pklimit_check('$gcra_key', 3, '36500 days')"),
+	'f', 'a fixed call on the GCRA key is decided by its full bucket');
+# several keys on different worker nodes, one algorithm, all or nothing
+my ($ga) = key_on_other_node('postgres', 'group-gcra-a', $coord->port);
+my ($gb) = key_on_other_node('postgres', 'group-gcra-b', $coord->port, key_port('postgres', "g:$ga"));
+my $group_call = qq{SELECT string_agg(concat_ws(':', key, allowed, count), ' ')
+	FROM pklimit_check_all(ARRAY['$ga', '$gb'], ARRAY[1, 2], ARRAY['36500 days', '36500 days']::interval[],
+		record_refused => false, algorithm => 'gcra')};
+is($coord->safe_psql('postgres', $group_call), "$ga:t:1 $gb:t:1", 'GCRA on two keys on two worker nodes');
+is($workers[1]->safe_psql('postgres', $group_call), "$ga:f:1 $gb:t:1",
+	'refused by one: with record_refused => false, neither is recorded');
+is($coord->safe_psql('postgres', "SELECT pklimit_count('$ga') || ',' || pklimit_count('$gb')"), '1,1',
+	'each key holds only the call allowed on both');
+
+# ... and at once, from two nodes: exactly max_count allowed (the nodes'
+# allowed calls added up), as one server would answer the same calls
+for my $algorithm ('gcra', 'sliding')
+{
+	$_->safe_psql('postgres', 'SELECT pklimit_stats_reset()') for @nodes;
+	my $hot = qq{SELECT pklimit_allow('hot-$algorithm', 100, '36500 days', algorithm => '$algorithm');
+};
+	my @running = map { start_pgbench($_, "hot_$algorithm", $hot, '-c', '4', '-j', '2', '-t', '50') }
+	  ($coord, $workers[0]);
+	for my $i (0 .. 1)
+	{
+		($rc, $out, $err) = $running[$i]->();
+		is($rc, 0, "$algorithm, one hot key: pgbench on node $i ran") or diag($err);
+	}
+	my ($allowed, $refused) = (0, 0);
+	for my $node ($coord, $workers[0])
+	{
+		my ($yes, $no, $unavailable) = split /\|/, stat_of($node, "concat_ws('|', allowed, refused, unavailable)");
+		is($unavailable, '0', "$algorithm, one hot key, " . $node->name . ': every call answered by the store');
+		$allowed += $yes;
+		$refused += $no;
+	}
+	is("$allowed/$refused", '100/300', "$algorithm, one hot key, 400 calls from two nodes: exactly 100 allowed");
+	is($coord->safe_psql('postgres', "SELECT pklimit_count('hot-$algorithm')"), $algorithm eq 'gcra' ? '100' : '400',
+		$algorithm eq 'gcra' ? 'gcra: the bucket holds 100 events, full' : 'sliding: every call counted');
+}
 
 # --- two nodes at once, calls on two keys each, in both orders: on 6 keys,
 # then on 300 mostly new ones (the nodes' workers create rows at once)
@@ -333,6 +402,36 @@ is($coord->safe_psql('upd', q{
 	'false 2', 'the updated table keeps its counts and takes 0.2.0 calls');
 is($workers[1]->safe_psql('upd', "SELECT status || ' ' || allowed FROM pklimit_check('before', 100, '1 hour')"),
 	'ok false', 'the block holds from a worker node');
+
+# --- and on to 0.3.0: the new columns and purge index reach every shard;
+# the rows of 0.2.0 are fixed windows, which calls of the new algorithms
+# count in
+$coord->safe_psql('upd', "SELECT pklimit_allow('kept', 5, '36500 days'), pklimit_allow('kept', 5, '36500 days')");
+$coord->safe_psql('upd', "ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
+is($coord->safe_psql('upd', q{
+	SELECT string_agg(result, ',') FROM run_command_on_workers(
+		$$SELECT extversion FROM pg_extension WHERE extname = 'pklimit'$$)}),
+	'0.3.0,0.3.0', 'the update to 0.3.0 reaches the worker nodes');
+is($coord->safe_psql('upd', q{
+	SELECT count(DISTINCT result) || ' ' || min(result) FROM run_command_on_shards('platformkit_limits',
+		$$SELECT (SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = '%1$s'::regclass AND attnum > 0 AND NOT attisdropped)
+			|| ' ' || (SELECT count(*) FROM pg_index WHERE indrelid = '%1$s'::regclass
+				AND pg_get_indexdef(indexrelid) LIKE '%%(GREATEST(window_end, blocked_until, expires_at))%%')$$)}),
+	'1 key,window_start,window_end,count,updated_at,blocked_until,algorithm,max_count,previous_count,expires_at 1',
+	'every shard has the columns and the purge index of 0.3.0');
+is($coord->safe_psql('upd', q{SELECT string_agg(key || ':' || algorithm || ':' || (max_count IS NULL), ' ' ORDER BY key)
+	FROM platformkit_limits}), 'g:before:fixed:true g:kept:fixed:true',
+	'the rows of 0.2.0 are fixed windows');
+is($workers[0]->safe_psql('upd', q{
+	SELECT string_agg(concat_ws(':', a, allowed, count), ' ' ORDER BY i)
+	  FROM unnest(ARRAY['gcra', 'sliding', 'fixed']) WITH ORDINALITY v(a, i),
+		   LATERAL pklimit_check('kept', 5, '36500 days', algorithm => a)}),
+	'gcra:t:3 sliding:t:4 fixed:t:5', 'calls of every algorithm count in the fixed window of 0.2.0, from a worker node');
+is($coord->safe_psql('upd', "SELECT allowed FROM pklimit_check('before', 100, '1 hour', algorithm => 'gcra')"),
+	'f', 'the block of 0.2.0 holds for GCRA');
+is($coord->safe_psql('upd', q{SELECT concat_ws(':', pklimit_allow('new', 1, '36500 days', algorithm => 'gcra'),
+	pklimit_allow('new', 1, '36500 days', algorithm => 'sliding'))}), 't:f',
+	'a new GCRA key, full after one call, refuses the next');
 
 # --- a reference table: one copy of every row on every node
 citus_database('ref');
