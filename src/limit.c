@@ -532,8 +532,8 @@ state_reset(const State *st, bool counts, TimestampTz now)
 }
 
 /*
- * When a call of events under max_count would next be allowed on the state,
- * if nothing else were recorded; the state's reset if no wait can allow it.
+ * When a call of events under max_count, at most max_count, would next be
+ * allowed on the state, if nothing else were recorded.
  */
 static TimestampTz
 state_retry(const State *st, int64 max_count, int64 events, TimestampTz now)
@@ -541,8 +541,6 @@ state_retry(const State *st, int64 max_count, int64 events, TimestampTz now)
 	int128		w = st->window;
 	TimestampTz retry;
 
-	if (events > max_count)
-		return state_reset(st, true, now);
 	switch (st->algorithm)
 	{
 		case PKLIMIT_FIXED:
@@ -584,6 +582,23 @@ state_retry(const State *st, int64 max_count, int64 events, TimestampTz now)
 	return Max(retry, now);
 }
 
+/*
+ * When the refusal of a call of events under max_count on the state would
+ * end without a block, for the block the call starts: when such a call
+ * would be allowed, or, where no wait allows it, the state's reset, or a
+ * window if the key holds nothing (describe answers the same).
+ */
+static TimestampTz
+refusal_end(const State *st, int64 max_count, int64 events, TimestampTz now)
+{
+	TimestampTz reset;
+
+	if (events <= max_count)
+		return state_retry(st, max_count, events, now);
+	reset = state_reset(st, true, now);
+	return reset > now ? reset : now + st->window;
+}
+
 /* The count, reset and retry a call on the state at now answers. */
 static void
 describe(const State *st, const PklimitRow *after, const PklimitCall *call,
@@ -600,7 +615,7 @@ describe(const State *st, const PklimitRow *after, const PklimitCall *call,
 		decision->reset_at = Max(decision->reset_at, after->blocked_until);
 	/*
 	 * Refused by a block alone: the block's end; where no wait allows: the
-	 * reset, or a window if the key holds nothing (never 0 for a refusal).
+	 * reset (a block's end included), or a window if the key holds nothing.
 	 */
 	if (decision->allowed || state_allows(st, call->max_count, events, now))
 		decision->retry_at = now;
@@ -696,7 +711,7 @@ pklimit_apply_decision(const PklimitRow *before, const PklimitCall *call,
 		}
 		after->blocked_until =
 			Max(now + call->block_usec,
-				state_retry(&st, call->max_count, Max(call->cost, 1), now));
+				refusal_end(&st, call->max_count, Max(call->cost, 1), now));
 		decision->blocked = true;
 	}
 	describe(&st, after, call, now, decision);

@@ -208,21 +208,34 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table,
 	}
 }
 
-/* A peek: the decision of a call that records nothing. */
+/*
+ * Peeks: the decisions of calls that record nothing, on the rows as last
+ * committed, all at one moment (the keys of one group are one unit).
+ */
 static void
-apply_peek(PklimitEntry *e, const PklimitTable *table)
+apply_peeks(PklimitEntry **members, int m, const PklimitTable *table,
+			const PklimitRequest *volatile *running)
 {
-	PklimitRow	row;
-	PklimitDecision decision;
-	PklimitResult result = {0};
+	PklimitRow	rows[PKLIMIT_BATCH_MAX];
 	TimestampTz now;
 
-	(void) pklimit_store_read(table, e->request.key, false, &row);
+	for (int k = 0; k < m; k++)
+	{
+		*running = &members[k]->request;
+		(void) pklimit_store_read(table, members[k]->request.key, false,
+								  &rows[k]);
+	}
 	now = GetCurrentTimestamp();
-	pklimit_decide(&row, &e->request.call, now, &decision);
-	decided(&decision, now, &result);
-	result.found = row.exists;
-	answer_applied(e, &result);
+	for (int k = 0; k < m; k++)
+	{
+		PklimitDecision decision;
+		PklimitResult result = {0};
+
+		pklimit_decide(&rows[k], &members[k]->request.call, now, &decision);
+		decided(&decision, now, &result);
+		result.found = rows[k].exists;
+		answer_applied(members[k], &result);
+	}
 }
 
 /* A count: the count of the key's open state, as last committed. */
@@ -265,8 +278,7 @@ pklimit_apply_unit(PklimitEntry **entries, int n, int u,
 			apply_limits(members, m, table, running);
 			break;
 		case PKLIMIT_OP_PEEK:
-			for (int k = 0; k < m; k++)
-				apply_peek(members[k], table);
+			apply_peeks(members, m, table, running);
 			break;
 		case PKLIMIT_OP_COUNT:
 			apply_count(members[0], table);

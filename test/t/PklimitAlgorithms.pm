@@ -7,7 +7,7 @@
 #   {alg, W, ws, count, prev, mc, bu}
 # alg and W are the state's algorithm and window (microseconds), ws its
 # window_start, count and prev (sliding only) its counts, mc (GCRA only) the
-# max_count of the last call that changed it, bu its blocked_until (0: no
+# max_count of the last recording call, bu its blocked_until (0: no
 # block).  A GCRA state is kept as the row keeps it: tat = ws + count * W /
 # mc, exactly (a fraction), with whole windows moved into ws (count < mc),
 # which moves neither tat nor the steps of any max_count (a window is a
@@ -28,10 +28,10 @@
 #  - a call that changes no tat (a peek, a blocked call, an unrecorded
 #    refusal) leaves the row's tat and max_count as they were, a block
 #    included; its answer is read on the tat rounded to its max_count;
-#  - fixed: count + max(cost, 1) saturates before it is compared with
-#    max_count (the README: "and so does count + cost in the rules");
-#    the test gives a max_count of the largest bigint to fixed keys only;
-#  - sliding: count (the estimate) is capped at the largest bigint; reset_at
+#  - sliding: current + max(cost, 1) is exact, not saturated as the fixed
+#    window's sum is (the test gives no max_count near the largest bigint,
+#    where the two would differ); count (the estimate) is capped at the
+#    largest bigint; reset_at
 #    of a state with no event in either window is now;
 #  - fixed: a blocked call (or one that blocks) on a closed state counts in
 #    no window: reset_at is the block's end, as a blocked key's was before
@@ -39,7 +39,11 @@
 #  - on a blocked key, and one the call blocks, reset_at is the greater of
 #    the algorithm's and the block's end, and retry_after the greater of the
 #    algorithm's and the time to the block's end (when no wait can allow the
-#    call: the time to that reset_at).
+#    call: the time to that reset_at);
+#  - the rule "block until now + block, or now + retry_after without the
+#    block if later" is read with the retry_after that call would answer,
+#    so a call no wait allows on a key that holds nothing (retry_after one
+#    window) blocks for at least one window.
 package PklimitAlgorithms;
 
 use strict;
@@ -48,7 +52,7 @@ use integer;
 use Math::BigInt try => 'GMP';
 use Exporter 'import';
 
-our @EXPORT = qw(INT64_MAX bigint_lib row_key show_row model_count
+our @EXPORT = qw(INT64_MAX bigint_lib row_key show_row model_count settle
   decide apply_decision check_answer is_open uses_big);
 
 use constant INT64_MAX => 9223372036854775807;
@@ -144,6 +148,7 @@ sub show_row
 {
 	my ($r) = @_;
 	return 'no row' unless $r;
+	return "a closed $r->{alg} state" if $r->{ws} == 0;
 	my $s = "$r->{alg} window $r->{W} us, window_start $r->{ws}, count $r->{count}";
 	$s .= ", previous $r->{prev}" if $r->{alg} eq 'sliding';
 	$s .= ", max_count $r->{mc}" if $r->{alg} eq 'gcra';
@@ -160,6 +165,10 @@ sub is_open
 {
 	my ($r, $now) = @_;
 	return 0 unless $r;
+	if (!ref $now && uses_big($r, { M => 0, c => 0, W => 0, block => 0 }))
+	{
+		($r, $now) = (big_copy($r), big($now));    # a native row with large numbers
+	}
 	my $alg = $r->{alg};
 	return $now < $r->{ws} + $r->{W} if $alg eq 'fixed';
 	return $now < $r->{ws} + 2 * $r->{W} if $alg eq 'sliding';
@@ -168,6 +177,24 @@ sub is_open
 	return 1 if $r->{ws} > $now;
 	return 0 if $r->{mc} == 0 || $r->{count} == 0 || $r->{ws} + $r->{W} <= $now;
 	return ($r->{ws} - $now) * $r->{mc} + $r->{count} * $r->{W} > 0;
+}
+
+# The row as every later moment sees it: a block that has ended is none, and
+# a closed state with no block is the same as any other closed state (it
+# stays closed, and a call starts a new state of its own), so the sets of
+# candidate states do not keep states that differ only in what can no
+# longer matter.  The row itself still exists.
+sub settle
+{
+	my ($r, $now) = @_;
+	return $r unless $r;
+	my $ended = $r->{bu} && $r->{bu} <= $now;
+	my $closed = !is_open($r, $now);
+	return $r unless $ended || $closed;
+	return { alg => $r->{alg}, W => 1, ws => 0, count => 0, prev => 0, mc => 0, bu => 0 }
+	  if $closed && ($ended || !$r->{bu});
+	return { %$r, bu => 0 } if $ended;
+	return $r;
 }
 
 # ---------------------------------------------------------------------------
@@ -420,9 +447,10 @@ sub check_answer
 sub model_count
 {
 	my ($row, $now) = @_;
-	return 0 unless is_open($row, $now);
+	return 0 unless $row;
 	my $r = uses_big($row, { M => 0, c => 0, W => 0, block => 0 }) ? big_copy($row) : $row;
 	$now = big($now) if ref $r->{W};
+	return 0 unless is_open($r, $now);
 	my $W = $r->{W};
 	return norm($r->{count}) if $r->{alg} eq 'fixed';
 	if ($r->{alg} eq 'gcra')
