@@ -5,8 +5,8 @@
  *		always an ERROR, raised before anything is recorded), handing
  *		requests to the database's worker through the queue (queue.c), and
  *		what to answer when the worker cannot be reached, as
- *		pklimit.on_unavailable says; and the functions that only read or
- *		forget a key.  The recording calls are check.c's.  Nothing here
+ *		pklimit.on_unavailable says; and the functions that read, forget or
+ *		take events back from a key.  The recording calls are check.c's.  Nothing here
  *		touches the table.
  *
  *-------------------------------------------------------------------------
@@ -278,6 +278,39 @@ pklimit_forget(PG_FUNCTION_ARGS)
 	if (!key_call(fcinfo, PKLIMIT_OP_FORGET, &answer))
 		PG_RETURN_NULL();
 	PG_RETURN_BOOL(answer.result.found);
+}
+
+/*
+ * pklimit_decrement(key, cost): up to cost events taken back from the key's
+ * open state; its count after (0 if none is open), NULL if the call was
+ * unavailable.
+ */
+PG_FUNCTION_INFO_V1(pklimit_decrement);
+Datum
+pklimit_decrement(PG_FUNCTION_ARGS)
+{
+	PklimitRequest request;
+	PklimitAnswer answer;
+	char	   *stored_key = stored_key_arg(fcinfo);
+
+	pklimit_arg_not_null(fcinfo, 1, "cost");
+	memset(&request, 0, sizeof(request));
+	request.kind = PKLIMIT_OP_DECREMENT;
+	request.call.cost = PG_GETARG_INT64(1);
+	if (request.call.cost < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cost must not be negative"),
+				 errdetail("cost is " INT64_FORMAT ".", request.call.cost),
+				 errhint("Give the events to take back: 1 for one.")));
+	strlcpy(request.key, stored_key, sizeof(request.key));
+	(void) pklimit_run(fcinfo, &request, &answer, 1);
+	if (answer.status != PKLIMIT_OK)
+	{
+		(void) pklimit_unavailable(&answer, PKLIMIT_CALL_READS);
+		PG_RETURN_NULL();
+	}
+	PG_RETURN_INT64(answer.result.count);
 }
 
 /* The row level security predicate: true only inside pklimit's statements. */

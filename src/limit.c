@@ -613,6 +613,7 @@ describe(const State *st, const PklimitRow *after, const PklimitCall *call,
 	decision->reset_at = state_reset(st, counts, now);
 	if (blocked(after, now))
 		decision->reset_at = Max(decision->reset_at, after->blocked_until);
+
 	/*
 	 * Refused by a block alone: the block's end; where no wait allows: the
 	 * reset (a block's end included), or a window if the key holds nothing.
@@ -662,6 +663,80 @@ pklimit_state_count(const PklimitRow *row, TimestampTz now, int64 *count)
 		return false;
 	call.max_count = row->max_count;
 	state_of(row, &call, now, &st);
+	*count = state_count(&st, now);
+	return true;
+}
+
+/*
+ * A decrement at now: up to cost events taken back from the open state of
+ * row (docs/algorithms.md, "Taking events back"), never below zero.  A
+ * fixed window's count goes down; a sliding window's current count, then
+ * its previous one; a GCRA bucket's tat by cost emission intervals, never
+ * before now (an emptied bucket is closed; one of max_count 0, whose
+ * interval is unbounded, is emptied by any).  Nothing else changes, a block
+ * included.  Returns false, with after as before and *count 0, if no state
+ * is open; else *count is the state's count after, as pklimit_count reads
+ * it.
+ */
+bool
+pklimit_take_back(const PklimitRow *before, int64 cost, TimestampTz now,
+				  PklimitRow *after, int64 *count)
+{
+	PklimitCall call = {0};
+	State		st;
+	bool		changed = false;
+
+	*after = *before;
+	*count = 0;
+	if (!row_open(before, now))
+		return false;
+	call.max_count = before->max_count;
+	state_of(before, &call, now, &st);
+	if (cost > 0)
+	{
+		switch (st.algorithm)
+		{
+			case PKLIMIT_FIXED:
+				changed = st.count > 0;
+				st.count -= Min(st.count, cost);
+				break;
+			case PKLIMIT_SLIDING:
+				{
+					int64		current = Min(st.count, cost);
+
+					changed = st.count > 0 || st.previous > 0;
+					st.count -= current;
+					st.previous -= Min(st.previous, cost - current);
+				}
+				break;
+			case PKLIMIT_GCRA:
+				changed = true; /* an open bucket holds something */
+				if (st.max == 0 ||
+					gcra_level(&st, now) <= (int128) cost * st.window)
+				{
+					st.since = now;
+					st.steps = 0;
+				}
+				else
+				{
+					/* whole windows out of since when steps run short */
+					int128		steps = (int128) st.steps - cost;
+					int128		windows = steps < 0 ?
+					ceil_div(-steps, st.max) : 0;
+
+					st.since -= (int64) (windows * st.window);
+					gcra_normalize(&st, steps + windows * st.max);
+				}
+				break;
+		}
+	}
+	if (changed)
+	{
+		state_to_row(&st, now, after);
+		after->max_count = before->max_count;
+		after->blocked_until = before->blocked_until;
+		after->updated_at = now;
+	}
 	*count = state_count(&st, now);
 	return true;
 }

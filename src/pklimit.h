@@ -51,6 +51,7 @@ typedef enum PklimitOpKind
 	PKLIMIT_OP_PEEK,			/* cost 0: decide without recording */
 	PKLIMIT_OP_COUNT,			/* read the count of the open window */
 	PKLIMIT_OP_FORGET,			/* delete the key's row */
+	PKLIMIT_OP_DECREMENT,		/* take events back from the key's open state */
 	PKLIMIT_OP_PURGE			/* delete rows whose window ended before
 								 * cutoff */
 } PklimitOpKind;
@@ -78,6 +79,7 @@ pklimit_op_rules(PklimitOpKind kind)
 		[PKLIMIT_OP_PEEK] = {false, false, true},
 		[PKLIMIT_OP_COUNT] = {false, false, true},
 		[PKLIMIT_OP_FORGET] = {true, false, true},
+		[PKLIMIT_OP_DECREMENT] = {true, false, true},
 		[PKLIMIT_OP_PURGE] = {true, false, false},
 	};
 
@@ -167,7 +169,8 @@ typedef struct PklimitRequest
 	PklimitOpKind kind;
 	Oid			dboid;			/* database the caller is connected to */
 	Oid			nspid;			/* schema of the extension's table */
-	PklimitCall call;			/* for a hit, a limit, a peek */
+	PklimitCall call;			/* for a hit, a limit, a peek; a decrement's
+								 * cost */
 	uint64		group;			/* 0, or the group of requests it is one of */
 	int			group_size;		/* requests in its group (1 if none) */
 	bool		track_stats;	/* its events count in pklimit_stats */
@@ -244,7 +247,7 @@ typedef struct PklimitEntry
 typedef enum PklimitCaller
 {
 	PKLIMIT_CALL_DECIDES,		/* allow, check: as on_unavailable says */
-	PKLIMIT_CALL_READS,			/* count, forget: return NULL */
+	PKLIMIT_CALL_READS,			/* count, forget, decrement: return NULL */
 	PKLIMIT_CALL_PURGES			/* purge: always an error */
 } PklimitCaller;
 
@@ -482,6 +485,9 @@ extern void pklimit_decide(const PklimitRow *before, const PklimitCall *call,
 						   TimestampTz now, PklimitDecision *decision);
 extern bool pklimit_state_count(const PklimitRow *row, TimestampTz now,
 								int64 *count);
+extern bool pklimit_take_back(const PklimitRow *before, int64 cost,
+							  TimestampTz now, PklimitRow *after,
+							  int64 *count);
 extern bool pklimit_records(const PklimitCall *call, bool allowed);
 extern int64 pklimit_apply_decision(const PklimitRow *before,
 									const PklimitCall *call, TimestampTz now,

@@ -5,8 +5,8 @@
  *		as serial execution would: a run of folded hits on one key (one
  *		upsert), a run of calls decided in C on one locked row (limit.c),
  *		the calls on several keys of one group (all recorded or none), a
- *		peek, a count or a forget.  Runs in apply.c's transactions, as the table's owner;
- *		the statements are store.c's.
+ *		peek, a count, a forget or a decrement.  Runs in apply.c's
+ *		transactions, as the table's owner; the statements are store.c's.
  *
  *-------------------------------------------------------------------------
  */
@@ -252,6 +252,28 @@ apply_count(PklimitEntry *e, const PklimitTable *table)
 }
 
 /*
+ * A decrement: events taken back from the key's open state, on its locked
+ * row; a key with none is left as it is (no row is created).
+ */
+static void
+apply_decrement(PklimitEntry *e, const PklimitTable *table)
+{
+	PklimitRow	before;
+	PklimitRow	after;
+	PklimitResult result = {0};
+	TimestampTz now;
+
+	(void) pklimit_store_read(table, e->request.key, true, &before);
+	now = GetCurrentTimestamp();
+	result.found = pklimit_take_back(&before, e->request.call.cost, now,
+									 &after, &result.count);
+	if (rows_differ(&before, &after))
+		pklimit_store_write(table, e->request.key, &after, true);
+	result.event_at = now;
+	answer_applied(e, &result);
+}
+
+/*
  * Apply unit u of the n entries, whose head's request says what it is, and
  * answer its entries.  Before each statement, *running is set to the request
  * it runs for: a lock timeout it raises is put down to that request's key
@@ -286,6 +308,9 @@ pklimit_apply_unit(PklimitEntry **entries, int n, int u,
 		case PKLIMIT_OP_FORGET:
 			result.found = pklimit_store_forget(table, members[0]->request.key);
 			answer_applied(members[0], &result);
+			break;
+		case PKLIMIT_OP_DECREMENT:
+			apply_decrement(members[0], table);
 			break;
 		case PKLIMIT_OP_PURGE:
 			elog(ERROR, "pklimit: a purge is not a unit of a batch");

@@ -64,6 +64,9 @@ BEGIN
 				'pklimit_purge_status', 'pklimit_schedule_purge', 'pklimit_check_all',
 				'pklimit_allow_all', 'pklimit_stats', 'pklimit_stats_reset',
 				'pklimit_purge_job_error', 'platformkit_limits_pkey',
+--- 0.2.0--0.3.0 ---
+				'pklimit_decrement',
+--- 0.2.0 0.1.0--0.2.0 0.2.0--0.3.0 ---
 				'platformkit_limits_purge_idx']::pg_catalog.name[]),
 	members AS (
 		SELECT d.classid, d.objid FROM pg_catalog.pg_depend d
@@ -1053,10 +1056,24 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text) IS
 'Several limits in one call, as pklimit_check_all: true iff every limit allows.';
 
+-- 0.3.0: events taken back, for a middleware's decrement (docs/algorithms.md,
+-- "Taking events back").  Executable by PUBLIC, as pklimit_count and
+-- pklimit_forget; what default privileges gave it others is taken back
+-- below.
+CREATE FUNCTION @extschema@.pklimit_decrement(key pg_catalog.text,
+	cost pg_catalog.int8 DEFAULT 1)
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'pklimit_decrement'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_decrement(pg_catalog.text, pg_catalog.int8) IS
+'Takes up to cost (default 1) events back from key''s open state, never below zero, in its own transaction: a fixed window''s count, a sliding window''s current then previous count, a GCRA bucket''s level (never below empty); creates no row, changes nothing once the state has closed, and leaves a block in place. Returns the count after, as pklimit_count reads it (0 if no state is open).';
+
 -- Each replaced function's owner and privileges go to its successor, the
 -- privileges as the grants of a user (which pg_dump dumps) made by the
 -- owner: what default privileges (ALTER DEFAULT PRIVILEGES) gave the new
--- one gives way to them.
+-- one gives way to them.  pklimit_decrement, new, keeps only the
+-- default privileges, as at install.
 DO $privileges$
 DECLARE
 	f record;
@@ -1079,13 +1096,15 @@ BEGIN
 	FOR f IN
 		SELECT p.oid, p.oid::pg_catalog.regprocedure::pg_catalog.text AS signature,
 			   p.proowner, p.proacl,
-			   NULLIF(pg_catalog.current_setting('pklimit_update.acl_' OPERATOR(pg_catalog.||)
-					p.proname), '')::pg_catalog.aclitem[] AS saved
+			   CASE WHEN p.proname OPERATOR(pg_catalog.<>) 'pklimit_decrement' THEN
+				   NULLIF(pg_catalog.current_setting('pklimit_update.acl_' OPERATOR(pg_catalog.||)
+						p.proname), '')::pg_catalog.aclitem[] END AS saved
 		  FROM pg_catalog.pg_proc p
 		 WHERE p.pronamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
-		   AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['pklimit_allow', 'pklimit_check',
-				'pklimit_check_all', 'pklimit_allow_all']::pg_catalog.name[])
-		   AND p.pronargs OPERATOR(pg_catalog.=) 7
+		   AND (p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['pklimit_allow', 'pklimit_check',
+					'pklimit_check_all', 'pklimit_allow_all']::pg_catalog.name[])
+				AND p.pronargs OPERATOR(pg_catalog.=) 7
+				OR p.proname OPERATOR(pg_catalog.=) 'pklimit_decrement')
 	LOOP
 		IF f.saved IS NULL AND f.proacl IS NULL THEN
 			CONTINUE;			-- the defaults, before and after
