@@ -773,6 +773,7 @@ pklimit_apply_decision(const PklimitRow *before, const PklimitCall *call,
 		state_record(&st, call, decision->allowed, now);
 		state_to_row(&st, now, after);
 		after->max_count = call->max_count;
+		after->no_max_count = false;
 		after->updated_at = now;
 	}
 	if (!decision->allowed && call->block_usec > 0)
@@ -782,6 +783,7 @@ pklimit_apply_decision(const PklimitRow *before, const PklimitCall *call,
 		{
 			state_to_row(&st, now, after);
 			after->max_count = call->max_count;
+			after->no_max_count = false;
 			after->updated_at = now;
 		}
 		after->blocked_until =

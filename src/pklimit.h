@@ -108,6 +108,8 @@ typedef struct PklimitRow
 	TimestampTz blocked_until;	/* 0: no block */
 	PklimitAlgorithm algorithm; /* the table of 0.3.0; before, fixed */
 	int64		max_count;		/* the last call's */
+	bool		no_max_count;	/* max_count is NULL (none recorded since
+								 * 0.3.0): kept so when written back */
 	int64		previous_count; /* sliding: the count of the window before */
 	TimestampTz expires_at;		/* sliding: when its count stops weighing */
 } PklimitRow;

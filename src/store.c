@@ -362,6 +362,8 @@ get_row(PklimitRow *row)
 	row->updated_at = DatumGetTimestampTz(get_col(4));
 	row->blocked_until = DatumGetTimestampTz(get_col(5));
 	row->max_count = DatumGetInt64(get_col(7));
+	(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7,
+						 &row->no_max_count);
 	row->previous_count = DatumGetInt64(get_col(8));
 	row->expires_at = DatumGetTimestampTz(get_col(9));
 	if (!pklimit_algorithm_of_name(name, &row->algorithm))
@@ -452,6 +454,8 @@ pklimit_store_write(const PklimitTable *table, const char *stored_key,
 	values[9] = TimestampTzGetDatum(row->expires_at);
 	if (row->blocked_until == 0)
 		nulls[5] = 'n';
+	if (row->no_max_count)
+		nulls[7] = 'n';
 	if (row->algorithm != PKLIMIT_SLIDING)
 		nulls[8] = nulls[9] = 'n';
 	rc = run(table, existed ? STMT_WRITE : STMT_CREATE, values, nulls);

@@ -59,6 +59,7 @@ rows_differ(const PklimitRow *a, const PklimitRow *b)
 		a->window_start != b->window_start || a->window_end != b->window_end ||
 		a->updated_at != b->updated_at || a->blocked_until != b->blocked_until ||
 		a->algorithm != b->algorithm || a->max_count != b->max_count ||
+		a->no_max_count != b->no_max_count ||
 		a->previous_count != b->previous_count ||
 		a->expires_at != b->expires_at;
 }

@@ -21,8 +21,9 @@
 #                                  only the TAP tests named
 #   PKLIMIT_KEEP=1                 keep the cluster and the build directory
 #
-# The client-language examples (060) and the pgbouncer test (070) run on the
-# host's version only; on the others they are reported as not run.
+# The client-language examples (060), the framework clients (062, 063) and
+# the pgbouncer test (070) run on the host's version only; on the others
+# they are reported as not run.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -102,12 +103,15 @@ count_regress() {		# pg_regress and pg_isolation_regress output
 	echo "   $p passed, $f failed"
 }
 
-# the login examples (test/t/060_examples.pl) and pgbouncer (070); Node.js
-# may come from elsewhere with its own npm, which Debian's npm conflicts with
+# the login examples (test/t/060_examples.pl), the framework clients (062,
+# 063) and pgbouncer (070); Node.js may come from elsewhere with its own
+# npm, which Debian's npm conflicts with
 extra=()
 if [ "$examples" = 1 ]; then
 	command -v npm >/dev/null || extra=(nodejs npm)
 	extra+=(python3-psycopg pgbouncer golang-go golang-github-jackc-pgx-v4-dev)
+	# the framework clients (test/t/062, 063): Flask and flask-limiter on limits
+	extra+=(python3-psycopg-pool python3-flask python3-flask-limiter python3-limits python3-venv python3-pip)
 fi
 install_packages "${extra[@]}"
 build_and_install
@@ -139,7 +143,7 @@ if [ "$layers" = all ] || [ "$layers" = tap ]; then
 			continue
 		fi
 		case $(basename "$t") in
-			060_examples.pl | 070_pgbouncer.pl)
+			060_examples.pl | 062_client_node.pl | 063_client_python.pl | 070_pgbouncer.pl)
 				if [ "$examples" != 1 ]; then
 					echo "   $(basename "$t" .pl): not run: it runs on the host's PostgreSQL only"
 					continue

@@ -1057,9 +1057,7 @@ COMMENT ON FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.
 'Several limits in one call, as pklimit_check_all: true iff every limit allows.';
 
 -- 0.3.0: events taken back, for a middleware's decrement (docs/algorithms.md,
--- "Taking events back").  Executable by PUBLIC, as pklimit_count and
--- pklimit_forget; what default privileges gave it others is taken back
--- below.
+-- "Taking events back"); its privileges are pklimit_forget's (below).
 CREATE FUNCTION @extschema@.pklimit_decrement(key pg_catalog.text,
 	cost pg_catalog.int8 DEFAULT 1)
 RETURNS pg_catalog.int8
@@ -1072,8 +1070,10 @@ COMMENT ON FUNCTION @extschema@.pklimit_decrement(pg_catalog.text, pg_catalog.in
 -- Each replaced function's owner and privileges go to its successor, the
 -- privileges as the grants of a user (which pg_dump dumps) made by the
 -- owner: what default privileges (ALTER DEFAULT PRIVILEGES) gave the new
--- one gives way to them.  pklimit_decrement, new, keeps only the
--- default privileges, as at install.
+-- one gives way to them.  pklimit_decrement, new, gets pklimit_forget's
+-- privileges, as another way to lower a count: a database that took
+-- forgetting away from PUBLIC (or whose default privileges did at install)
+-- does not get decrementing.
 DO $privileges$
 DECLARE
 	f record;
@@ -1098,7 +1098,11 @@ BEGIN
 			   p.proowner, p.proacl,
 			   CASE WHEN p.proname OPERATOR(pg_catalog.<>) 'pklimit_decrement' THEN
 				   NULLIF(pg_catalog.current_setting('pklimit_update.acl_' OPERATOR(pg_catalog.||)
-						p.proname), '')::pg_catalog.aclitem[] END AS saved
+						p.proname), '')::pg_catalog.aclitem[]
+			   ELSE (SELECT q.proacl FROM pg_catalog.pg_proc q
+					  WHERE q.oid OPERATOR(pg_catalog.=)
+							'@extschema@.pklimit_forget(pg_catalog.text)'::pg_catalog.regprocedure)
+			   END AS saved
 		  FROM pg_catalog.pg_proc p
 		 WHERE p.pronamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
 		   AND (p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['pklimit_allow', 'pklimit_check',

@@ -335,9 +335,13 @@ $node->safe_psql('carried3', q{
 	REVOKE ALL ON FUNCTION pklimit_check(text, bigint, interval, bigint, boolean, interval) FROM PUBLIC;
 	REVOKE ALL ON FUNCTION pklimit_check_all(text[], bigint[], interval[], bigint, boolean, interval) FROM PUBLIC;
 	GRANT EXECUTE ON FUNCTION pklimit_check_all(text[], bigint[], interval[], bigint, boolean, interval)
-	  TO app WITH GRANT OPTION});
+	  TO app WITH GRANT OPTION;
+	REVOKE ALL ON FUNCTION pklimit_forget(text) FROM PUBLIC;
+	GRANT EXECUTE ON FUNCTION pklimit_forget(text) TO app});
 $node->safe_psql('postgres',
 	"ALTER DATABASE carried3 SET pklimit_update.acl_pklimit_allow_all = '{app=X/postgres}'");
+$node->safe_psql('postgres',
+	"ALTER DATABASE carried3 SET pklimit_update.acl_pklimit_decrement = '{=X/postgres}'");
 my $acl_020 = $acl->('carried3', 6);
 $node->safe_psql('carried3', "ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
 is($acl->('carried3', 7), $acl_020, 'each new function has the privileges of the one it replaces');
@@ -357,6 +361,15 @@ is($node->safe_psql('carried3', q{
 	'0', 'as the grants of a user, which pg_dump dumps');
 is($node->safe_psql('carried3', q{SET ROLE app; SELECT pklimit_allow('k', 1, '1 hour', algorithm => 'gcra')}), 't',
 	'a role granted EXECUTE at 0.2.0 records at 0.3.0');
+# pklimit_decrement, new, lowers a count as pklimit_forget does: it gets
+# forget's privileges (a planted setting of its name is not read)
+my $same_as_forget = q{
+	SELECT string_agg(p.proname || ':' || has_function_privilege('app', p.oid, 'EXECUTE')
+	  || ':' || has_function_privilege('public', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
+	  FROM pg_proc p WHERE p.proname IN ('pklimit_forget', 'pklimit_decrement')};
+is($node->safe_psql('carried3', $same_as_forget),
+	'pklimit_decrement:true:false pklimit_forget:true:false',
+	'pklimit_decrement gets the privileges of pklimit_forget: PUBLIC did not keep forgetting, nor gets decrementing');
 
 # and the database whose privileges were carried from 0.1.0 to 0.2.0 (with
 # its planted setting) keeps them at 0.3.0
@@ -377,6 +390,23 @@ $node->safe_psql('defaults', "ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
 is($node->safe_psql('defaults', $version), '0.3.0', 'database defaults is at 0.3.0');
 is($acl->('defaults', 7), $acl_020,
 	'under default privileges, each new function has the privileges of the one it replaces');
+is($node->safe_psql('defaults', q{
+	SELECT count(DISTINCT (SELECT string_agg(a.grantee || ':' || a.privilege_type || ':' || a.is_grantable,
+			',' ORDER BY a.grantee) FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a))
+	  FROM pg_proc p
+	 WHERE p.proname IN ('pklimit_forget', 'pklimit_decrement')}),
+	'1', 'under default privileges, pklimit_decrement has the privileges of pklimit_forget, not theirs');
+# and a fresh install whose default privileges take EXECUTE from PUBLIC
+# (CREATE EXTENSION runs 0.2.0, then the update)
+$node->safe_psql('postgres', 'CREATE DATABASE fresh_defaults');
+$node->safe_psql('fresh_defaults', q{
+	ALTER DEFAULT PRIVILEGES REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC;
+	ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO app;
+	SET client_min_messages = error;
+	CREATE EXTENSION pklimit});
+is($node->safe_psql('fresh_defaults', $same_as_forget),
+	'pklimit_decrement:false:false pklimit_forget:false:false',
+	'installed under default privileges that take EXECUTE from PUBLIC, pklimit_decrement is as pklimit_forget');
 is($node->safe_psql('defaults', q{
 	SELECT string_agg(p.proname || ':' || has_function_privilege('public', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
 	  FROM pg_proc p WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
