@@ -278,6 +278,11 @@ is($node->safe_psql('v020', q{SELECT string_agg(concat_ws(':', key, algorithm, m
 	'g:banned:fixed:t:t:t g:kept:fixed:t:t:t',
 	'as fixed windows, with NULL in the columns 0.3.0 adds');
 is($node->safe_psql('v020', "SELECT pklimit_count('kept')"), '2', 'the count of 0.2.0 survives');
+is($node->safe_psql('v020', q{SELECT pklimit_decrement('kept'), pklimit_allow('kept', 100, '36500 days', cost => 0)}),
+	'1|t', 'a decrement takes an event back from a row of 0.2.0');
+is($node->safe_psql('v020', "SELECT count, max_count IS NULL FROM platformkit_limits WHERE key = 'g:kept'"),
+	'1|t', 'and leaves its max_count NULL: no call has recorded on it since');
+$node->safe_psql('v020', "SELECT pklimit_allow('kept', 100, '36500 days')");
 is($node->safe_psql('v020', q{
 	SELECT string_agg(concat_ws(':', a, allowed, count, remaining), ' ' ORDER BY i)
 	  FROM unnest(ARRAY['gcra', 'gcra', 'sliding', 'fixed']) WITH ORDINALITY v(a, i),
