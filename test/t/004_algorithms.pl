@@ -2,13 +2,14 @@
 #
 # Randomized conformance test of the three algorithms (docs/algorithms.md,
 # the contract): replays seeded random sequences of pklimit_check,
-# pklimit_allow, pklimit_check_all, pklimit_allow_all, pklimit_count and
-# pklimit_forget calls with algorithm 'fixed', 'gcra' and 'sliding' against
-# the reference models of PklimitAlgorithms.pm (exact integer arithmetic,
-# Math::BigInt where numbers are large), and demands that every answer
-# (allowed, count, remaining, reset_at, retry_after, status, to the
-# microsecond) is the model's for some moment the server could have decided
-# it at, and that platformkit_limits holds the model's number of rows.
+# pklimit_allow, pklimit_check_all, pklimit_allow_all, pklimit_count,
+# pklimit_decrement and pklimit_forget calls with algorithm 'fixed', 'gcra'
+# and 'sliding' against the reference models of PklimitAlgorithms.pm (exact
+# integer arithmetic, Math::BigInt where numbers are large), and demands
+# that every answer (allowed, count, remaining, reset_at, retry_after,
+# status, to the microsecond) is the model's for some moment the server
+# could have decided it at, and that platformkit_limits holds the model's
+# number of rows.
 #
 # Replay a failure with the seed it prints:
 #   PKLIMIT_SEED=<seed> prove ... t/004_algorithms.pl
@@ -46,7 +47,12 @@
 # max_count; some calls bring another algorithm, window or max_count to a
 # key whose state is open (one state per key), costs of 0 (peeks), 1, a
 # few, more than max_count and near the largest bigint (saturation), and
-# max_counts of 0 and 10^18.
+# max_counts of 0 and 10^18.  Decrements come with costs of 0, 1, a few, more
+# than the key holds and near the largest bigint, on keys of every
+# algorithm, with or without a row, open, closed or blocked; their answer
+# (the count after) must be the model's at some moment of the bracket, and
+# some are followed by a peek on the key, whose answer shows the state they
+# left.
 #
 # The sliding window is also measured, not asserted: the calls decided by a
 # sliding state are replayed at the same moments on an exact sliding log
@@ -147,6 +153,19 @@ sub gen_cost
 	return 1;
 }
 
+# The cost of a decrement on $key: more than the key holds now and then.
+sub gen_decrement_cost
+{
+	my ($key) = @_;
+	my $r = rand();
+	return 0 if $r < 0.12;
+	return 2 + int(rand(4)) if $r < 0.32;
+	return 10 + int(rand(91)) if $r < 0.38;
+	return $HOME{$key}{M} + 1 + int(rand(3)) if $r < 0.45;
+	return pick(@HUGE_COSTS) if $r < 0.49;
+	return 1;
+}
+
 sub gen_max
 {
 	my ($key) = @_;
@@ -218,6 +237,18 @@ sub reveal
 		call => { %{ $o->{call} }, c => 0, rr => 1, block => 0 } };
 }
 
+# A peek of pklimit_check on $key with its home max_count, after a
+# decrement: the state the decrement left is seen in its answer (with
+# another algorithm, $other, whether it is still open).
+sub peek_after
+{
+	my ($key, $other) = @_;
+	my %opts = (c => 0, rr => 1, block => 0, cost_sql => 0);
+	my $alg = $other ? pick(grep { $_ ne $HOME{$key}{alg} } @ALGS) : $HOME{$key}{alg};
+	return { op => 'check', opts => \%opts, alg_sql => $alg,
+		%{ gen_call($key, \%opts, $alg, $HOME{$key}{M}) } };
+}
+
 sub gen_ops
 {
 	my ($n) = @_;
@@ -228,6 +259,20 @@ sub gen_ops
 		if ($r < 0.075)
 		{
 			push @ops, { op => 'sleep', ms => pick(@SLEEPS_MS) };
+		}
+		elsif ($r < 0.155)
+		{
+			# often on the key of the call before, as a middleware does
+			my $last = (@ops && $ops[-1]{op} eq 'check') ? $ops[-1]{key} : undef;
+			my $key = ($last && rand() < 0.5) ? $last : pick(@KEYS);
+			my $c = gen_decrement_cost($key);
+			my $cost_sql = ($c == 1 && rand() < 0.4) ? undef
+			  : rand() < 0.3 ? "cost => $c" : $c;
+			push @ops, { op => 'decrement', key => $key, c => $c, cost_sql => $cost_sql };
+			my $then = rand();
+			push @ops, peek_after($key, rand() < 0.3) if $then < 0.3;
+			push @ops, { op => 'sleep', ms => pick(10, 20, 40) }, peek_after($key, 1)
+			  if $then >= 0.3 && $then < 0.45;
 		}
 		elsif ($r < 0.75 || ($r >= 0.79 && $r < 0.82))
 		{
@@ -337,6 +382,9 @@ sub op_query
 		return "SELECT CASE WHEN pklimit_allow_all($args) THEN 't' ELSE 'f' END";
 	}
 	return "SELECT pklimit_count('$o->{key}')::text" if $op eq 'count';
+	return "SELECT coalesce(pklimit_decrement('$o->{key}'"
+	  . (defined $o->{cost_sql} ? ", $o->{cost_sql}" : '') . ")::text, 'null')"
+	  if $op eq 'decrement';
 	return "SELECT CASE WHEN pklimit_forget('$o->{key}') THEN 't' ELSE 'f' END"
 	  if $op eq 'forget';
 	die "unknown op $op";
@@ -679,7 +727,8 @@ sub fail_op
 # Is pklimit_count's answer the model's at some moment of [t0, t1]?  The
 # count of a state never grows with time (a window's count until it ends, a
 # bucket draining, an estimate sliding down): the first moment whose count
-# is at most the answer is found by halving, unless $exhaustive.
+# is at most the answer is found by halving, unless $exhaustive.  Returns
+# the first moment found, or undef.
 sub count_matches
 {
 	my ($row, $t0, $t1, $answer, $exhaustive) = @_;
@@ -687,20 +736,52 @@ sub count_matches
 	{
 		for my $now ($t0 .. $t1)
 		{
-			return 1 if model_count($row, $now) eq $answer;
+			return $now if model_count($row, $now) eq $answer;
 		}
-		return 0;
+		return undef;
 	}
 	my $le = sub { my $c = model_count($row, $_[0]); return ndiff($c, $answer) >= 0; };
 	my ($lo, $hi) = ($t0, $t1);
-	return 0 unless $le->($hi);
+	return undef unless $le->($hi);
 	while ($lo < $hi)
 	{
 		my $mid = $lo + (($hi - $lo) >> 1);
 		if ($le->($mid)) { $hi = $mid; }
 		else { $lo = $mid + 1; }
 	}
-	return model_count($row, $lo) eq $answer;
+	return model_count($row, $lo) eq $answer ? $lo : undef;
+}
+
+# The moments of [a, b] at which pklimit_decrement (cost $c) on the
+# candidate $row answers $answer (the count after, as pklimit_count reads
+# it), pushed on @$found as [now, the row after].  The row after changes at
+# a few moments (the state closes, a sliding window moves on, a bucket
+# empties, a block ends), each once, so where it is the same at both ends of
+# a segment it is the same throughout, and its count is found there as
+# pklimit_count's is; other segments are halved.
+sub decrement_matches
+{
+	my ($row, $c, $a, $b, $answer, $exhaustive, $found, $seen) = @_;
+	$seen //= {};
+	my $after = sub { $seen->{ $_[0] } //= settle(decrement($row, $c, $_[0]), $_[0]) };
+	if ($exhaustive || $b - $a <= $SCAN)
+	{
+		for my $now ($a .. $b)
+		{
+			push @$found, [ $now, $after->($now) ] if model_count($after->($now), $now) eq $answer;
+		}
+		return;
+	}
+	if (row_key($after->($a)) eq row_key($after->($b)))
+	{
+		my $now = count_matches($after->($a), $a, $b, $answer, 0);
+		push @$found, [ $now, $after->($a) ] if defined $now;
+		return;
+	}
+	my $mid = $a + (($b - $a) >> 1);
+	decrement_matches($row, $c, $a, $mid, $answer, 0, $found, $seen);
+	decrement_matches($row, $c, $mid + 1, $b, $answer, 0, $found, $seen);
+	return;
 }
 
 # The slowest operations to model, for the closing note.
@@ -741,6 +822,8 @@ sub model_op1
 	}
 	$widest = $t1 - $t0 if $t1 - $t0 > $widest;
 	$compared++;
+
+	return model_decrement($name, $o, $line, $t0, $answer, $t1) if $op eq 'decrement';
 
 	if ($op eq 'count' || $op eq 'forget')
 	{
@@ -842,6 +925,66 @@ sub model_op1
 			return 0;
 		}
 	}
+	return 1;
+}
+
+# pklimit_decrement: its answer must be the model's at some moment of the
+# bracket on some candidate; the candidates become the rows after at those
+# moments.
+sub model_decrement
+{
+	my ($name, $o, $line, $t0, $answer, $t1) = @_;
+	my ($key, $c) = ($o->{key}, $o->{c});
+	my (%next, $first);
+	for my $exhaustive ($EXHAUSTIVE, 1)
+	{
+		for my $row (values %{ $cands{$key} })
+		{
+			my @found;
+			decrement_matches($row, $c, $t0, $t1, $answer, $exhaustive, \@found);
+			for my $m (@found)
+			{
+				$next{ row_key($m->[1]) } = $m->[1];
+				$first = [ $row, @$m ] if !$first || $m->[0] < $first->[1];
+			}
+		}
+		if (%next)
+		{
+			$exhaustive_rescues++ if $exhaustive && !$EXHAUSTIVE;
+			last;
+		}
+		# the search found no moment: try every moment of the bracket
+		last if $exhaustive;
+	}
+	if (!%next)
+	{
+		my @d = map {
+			"  candidate: " . show_row($_) . ": model "
+			  . model_count(settle(decrement($_, $c, $t0), $t0), $t0) . " at $t0, "
+			  . model_count(settle(decrement($_, $c, $t1), $t1), $t1) . " at $t1"
+		} values %{ $cands{$key} };
+		fail_op($name, $o, $line, "the server's answer is no candidate's", @d);
+		return 0;
+	}
+	$cands{$key} = \%next;
+	push @{ $history{$key} }, "decrement cost $c: $t0..$t1 => $answer";
+
+	my ($row, $now, $after) = @$first;
+	my $open = is_open($row, $now);
+	my $alg = $open ? $row->{alg} : '';
+	$coverage{'decrement'}++;
+	$coverage{'decrement, no row'}++ if !$row;
+	$coverage{'decrement, closed state'}++ if $row && !$open;
+	$coverage{"decrement, open $alg state"}++ if $open;
+	$coverage{'decrement, cost 0'}++ if $c == 0;
+	$coverage{'decrement, blocked key'}++ if $row && $row->{bu} > $now;
+	$coverage{'decrement, gcra max_count 0'}++ if $alg eq 'gcra' && $row->{mc} == 0;
+	$coverage{'decrement moved a sliding window on'}++
+	  if $alg eq 'sliding' && $c > 0 && $after->{ws} && $after->{ws} != $row->{ws};
+	$coverage{'decrement emptied the state'}++
+	  if $open && $c > 0 && model_count($row, $now) > 0 && $answer eq '0';
+	push @trace, { decrement => 1, key => $key, now => $now, c => $c,
+		sliding => $alg eq 'sliding' ? 1 : 0 };
 	return 1;
 }
 
@@ -1008,6 +1151,23 @@ if (!$failed)
 	for my $t (@trace)
 	{
 		my $k = $t->{key};
+		if ($t->{decrement})
+		{
+			# events taken back from an open sliding state: the newest go
+			# from the log, and the admitted events start afresh
+			next unless $t->{sliding} && $t->{c} > 0;
+			my $left = $t->{c};
+			my $events = $log{$k} // [];
+			while ($left > 0 && @$events)
+			{
+				my $take = $events->[-1][1] < $left ? $events->[-1][1] : $left;
+				$left -= $take;
+				$events->[-1][1] -= $take;
+				pop @$events if $events->[-1][1] == 0;
+			}
+			@{ $admitted{$k} } = ();
+			next;
+		}
 		if ($t->{forget} || $t->{alg} ne 'sliding')
 		{
 			delete $log{$k};

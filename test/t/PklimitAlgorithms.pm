@@ -1,7 +1,8 @@
 # PklimitAlgorithms: the reference models of pklimit's three algorithms
-# (fixed window, GCRA, sliding window) that 004_algorithms.pl compares the
-# server with, written from docs/algorithms.md (the contract) and nothing
-# else; and the exact sliding log the sliding window is measured against.
+# (fixed window, GCRA, sliding window), with the events pklimit_decrement
+# takes back, that 004_algorithms.pl compares the server with, written from
+# docs/algorithms.md (the contract) and nothing else; and the exact sliding
+# log the sliding window is measured against.
 #
 # A key's row is undef (no row) or a hash
 #   {alg, W, ws, count, prev, mc, bu}
@@ -44,6 +45,17 @@
 #    block if later" is read with the retry_after that call would answer,
 #    so a call no wait allows on a key that holds nothing (retry_after one
 #    window) blocks for at least one window.
+#  - a sliding decrement takes from the current and previous counts of the
+#    window holding now, and the row is left in that window, as a recording
+#    leaves it: one that takes events from the row's count in the window
+#    after the row's moves the row on (its count becomes previous, its
+#    current 0), so the state stays open one window longer; one that takes
+#    nothing (both counts 0) changes nothing;
+#  - a fixed or sliding state a decrement empties stays open until its
+#    window ends (its state is open by time alone), where a GCRA bucket
+#    emptied closes (tat = now);
+#  - a decrement's T is the row's (the max_count of the last call that
+#    changed tat), and tat - c * T is exact: no rounding.
 package PklimitAlgorithms;
 
 use strict;
@@ -53,7 +65,7 @@ use Math::BigInt try => 'GMP';
 use Exporter 'import';
 
 our @EXPORT = qw(INT64_MAX bigint_lib row_key show_row model_count settle
-  decide apply_decision check_answer is_open uses_big);
+  decide apply_decision check_answer is_open uses_big decrement);
 
 use constant INT64_MAX => 9223372036854775807;
 
@@ -148,7 +160,8 @@ sub show_row
 {
 	my ($r) = @_;
 	return 'no row' unless $r;
-	return "a closed $r->{alg} state" if $r->{ws} == 0;
+	return "a closed $r->{alg} state" . ($r->{bu} ? ", blocked_until $r->{bu}" : '')
+	  if $r->{ws} == 0;
 	my $s = "$r->{alg} window $r->{W} us, window_start $r->{ws}, count $r->{count}";
 	$s .= ", previous $r->{prev}" if $r->{alg} eq 'sliding';
 	$s .= ", max_count $r->{mc}" if $r->{alg} eq 'gcra';
@@ -180,9 +193,9 @@ sub is_open
 }
 
 # The row as every later moment sees it: a block that has ended is none, and
-# a closed state with no block is the same as any other closed state (it
-# stays closed, and a call starts a new state of its own), so the sets of
-# candidate states do not keep states that differ only in what can no
+# a closed state is the same as any other closed state with the same block
+# (it stays closed, and a call starts a new state of its own), so the sets
+# of candidate states do not keep states that differ only in what can no
 # longer matter.  The row itself still exists.
 sub settle
 {
@@ -191,10 +204,10 @@ sub settle
 	my $ended = $r->{bu} && $r->{bu} <= $now;
 	my $closed = !is_open($r, $now);
 	return $r unless $ended || $closed;
-	return { alg => $r->{alg}, W => 1, ws => 0, count => 0, prev => 0, mc => 0, bu => 0 }
-	  if $closed && ($ended || !$r->{bu});
-	return { %$r, bu => 0 } if $ended;
-	return $r;
+	return { alg => $r->{alg}, W => 1, ws => 0, count => 0, prev => 0, mc => 0,
+		bu => $ended ? 0 : $r->{bu} }
+	  if $closed;
+	return { %$r, bu => 0 };
 }
 
 # ---------------------------------------------------------------------------
@@ -461,6 +474,64 @@ sub model_count
 	my $s = align($now, $W);
 	my ($cur, $prev) = $s == $r->{ws} ? ($r->{count}, $r->{prev}) : (0, $r->{count});
 	return norm(min2($cur + cdiv($prev * ($W - ($now - $s)), $W), INT64_MAX));
+}
+
+# pklimit_decrement(key, cost $c) at $now: the row after (its answer is
+# model_count of that row at $now).  Nothing changes without a row, on a
+# closed state or with cost 0; a block stays.
+sub decrement
+{
+	my ($row, $c, $now) = @_;
+	return $row if !$row || $c == 0 || !is_open($row, $now);
+	my ($r, $call, $t, $big) = prepare($row, { M => 0, c => $c, W => 0, block => 0 }, $now);
+	($c, $now) = ($call->{c}, $t);
+	my %a = %$r;
+	my $W = $r->{W};
+	if ($r->{alg} eq 'fixed')
+	{
+		# count = max(count - c, 0)
+		$a{count} = $r->{count} > $c ? $r->{count} - $c : 0;
+	}
+	elsif ($r->{alg} eq 'sliding')
+	{
+		if (align($now, $W) == $r->{ws})
+		{
+			# current first, then previous, each never below 0
+			my $rest = $c > $r->{count} ? $c - $r->{count} : 0;
+			$a{count} = $r->{count} > $c ? $r->{count} - $c : 0;
+			$a{prev} = $r->{prev} > $rest ? $r->{prev} - $rest : 0;
+		}
+		elsif ($r->{count} > 0)
+		{
+			# the window moved on (now in ws + W): current holds nothing, the
+			# row's count is previous.  reading: the row moves on with it.
+			%a = (%a, ws => $r->{ws} + $W, count => 0,
+				prev => $r->{count} > $c ? $r->{count} - $c : 0);
+		}
+		# else nothing to take: nothing changes
+	}
+	else
+	{
+		# tat = max(tat - c * T, now), T = W / mc (the row's): tat - c * T
+		# = ws + (count - c) * W / mc, exactly.  A bucket of max_count 0 is
+		# emptied by any decrement.  An empty bucket (tat = now) is closed.
+		my ($mc, $k) = ($r->{mc}, $r->{count} - $c);
+		if ($mc == 0 || ($r->{ws} - $now) * $mc + $k * $W <= 0)
+		{
+			%a = (%a, ws => $now, count => 0);
+		}
+		elsif ($k < 0)
+		{
+			# whole windows moved out of window_start (0 <= count < mc)
+			my $q = cdiv(-$k, $mc);
+			%a = (%a, ws => $r->{ws} - $q * $W, count => $k + $q * $mc);
+		}
+		else
+		{
+			$a{count} = $k;
+		}
+	}
+	return $big ? norm_row(\%a) : \%a;
 }
 
 # Convert a call and a row for the Math::BigInt path if needed: returns
