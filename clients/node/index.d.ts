@@ -1,0 +1,45 @@
+import type { ClientRateLimitInfo, Options, Store } from 'express-rate-limit';
+
+/** Anything with pg's promise `query(text, values)`: a `pg.Pool` or a `pg.Client`. */
+export interface Queryable {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[] }>;
+}
+
+export type Algorithm = 'fixed' | 'gcra' | 'sliding';
+
+export interface PklimitStoreOptions {
+  /** Where pklimit is installed: a `pg.Pool` (or a client). Never ended by the store. */
+  pool: Queryable;
+  /** Prepended to every key (default `'rl:'`); give each limiter its own. */
+  prefix?: string;
+  /** The schema pklimit is installed in, if it is not on the search_path. */
+  schema?: string;
+  /** pklimit's algorithm (default `'fixed'`); used only when `limit` is a number. */
+  algorithm?: Algorithm;
+  /** Where warnings go when the store cannot be reached (default `console.warn`). */
+  logger?: ((message: string) => void) | { warn(message: string): void };
+  /** The tenant of a call; default: the one `pklimitTenant()` or `withTenant()` set. */
+  tenant?: (key: string) => string | null | undefined;
+}
+
+export declare class PklimitStore implements Store {
+  constructor(options: PklimitStoreOptions);
+  readonly localKeys: false;
+  prefix: string;
+  init(options: Options): void;
+  increment(key: string): Promise<ClientRateLimitInfo>;
+  get(key: string): Promise<ClientRateLimitInfo | undefined>;
+  decrement(key: string): Promise<void>;
+  resetKey(key: string): Promise<void>;
+}
+
+/** Express middleware: the tenant `getTenant(req)` names counts every later store call of the request. */
+export declare function pklimitTenant<Req = any>(
+  getTenant: (req: Req) => string | null | undefined | Promise<string | null | undefined>,
+): (req: Req, res: unknown, next: (error?: unknown) => void) => void;
+
+/** Runs `fn` with `tenant` as the pklimit tenant of every store call it makes. */
+export declare function withTenant<T>(tenant: string | null | undefined, fn: () => T): T;
+
+/** The largest bigint, passed as max_count when `limit` is a function. */
+export declare const NO_LIMIT: string;

@@ -1,0 +1,210 @@
+'use strict';
+
+// An express-rate-limit store backed by pklimit: every hit is recorded by
+// pklimit's worker in its own transaction, on the database server's clock,
+// so the count is exact across app replicas and survives the caller's
+// rollback.
+
+const { AsyncLocalStorage } = require('node:async_hooks');
+
+// The largest bigint: a max_count that refuses nothing, for a limit that
+// express-rate-limit computes per request (the count is the same either way).
+const NO_LIMIT = '9223372036854775807';
+const ALGORITHMS = ['fixed', 'gcra', 'sliding'];
+
+// The tenant of the request being served, set by pklimitTenant() or
+// withTenant(); shared by every store in the process.
+const tenantStorage = new AsyncLocalStorage();
+
+// Runs fn with tenant as the pklimit tenant of every store call it makes,
+// awaited or not.
+function withTenant(tenant, fn) {
+  return tenantStorage.run(tenant == null ? '' : String(tenant), fn);
+}
+
+// Express middleware: the tenant getTenant(req) names counts every call of
+// the rate limiters after it.  null, undefined or '' is no tenant.
+function pklimitTenant(getTenant) {
+  if (typeof getTenant !== 'function') {
+    throw new TypeError('pklimitTenant(getTenant): getTenant must be a function of the request');
+  }
+  return function pklimitTenantMiddleware(req, res, next) {
+    let tenant;
+    try {
+      tenant = getTenant(req);
+    } catch (error) {
+      next(error);
+      return;
+    }
+    if (tenant && typeof tenant.then === 'function') {
+      tenant.then((t) => withTenant(t, () => next()), next);
+      return;
+    }
+    withTenant(tenant, () => next());
+  };
+}
+
+function currentTenant() {
+  return tenantStorage.getStore() ?? '';
+}
+
+function quoteIdent(name) {
+  return '"' + String(name).replace(/"/g, '""') + '"';
+}
+
+// pg returns bigint as a string; a count past 2^53 is reported as the
+// largest safe integer rather than rounded.
+function toCount(value) {
+  const n = Number(value);
+  return Number.isSafeInteger(n) ? n : Number.MAX_SAFE_INTEGER;
+}
+
+function toWarn(logger) {
+  if (logger == null) return (message) => console.warn(message);
+  if (typeof logger === 'function') return logger;
+  if (typeof logger.warn === 'function') return (message) => logger.warn(message);
+  throw new TypeError('PklimitStore: logger must be a function or an object with a warn method');
+}
+
+class PklimitStore {
+  constructor(options = {}) {
+    const { pool, prefix = 'rl:', schema, algorithm, logger, tenant } = options;
+    if (!pool || typeof pool.query !== 'function') {
+      throw new TypeError('PklimitStore: pool must be a pg.Pool (or a client with a query method)');
+    }
+    if (algorithm !== undefined && !ALGORITHMS.includes(algorithm)) {
+      throw new TypeError(`PklimitStore: algorithm must be one of ${ALGORITHMS.join(', ')}, got ${algorithm}`);
+    }
+    if (tenant !== undefined && typeof tenant !== 'function') {
+      throw new TypeError('PklimitStore: tenant must be a function of the key');
+    }
+    this.pool = pool;
+    this.prefix = String(prefix);
+    // Counted in one shared database: a key incremented here is seen by
+    // every other store, in this process or another.
+    this.localKeys = false;
+    this.algorithm = algorithm;
+    this.warn = toWarn(logger);
+    this.tenantOf = tenant ?? currentTenant;
+    this.window = '60000 milliseconds';
+    this.maxCount = NO_LIMIT;
+    this.limitIsNumber = false;
+    this.buildQueries(schema === undefined || schema === null ? '' : quoteIdent(schema) + '.');
+  }
+
+  // Every statement sets the tenant for itself only (set_config(..., true)
+  // ends with the statement's implicit transaction) and passes it as a bind
+  // parameter: one round trip, nothing left on a pooled connection.  The
+  // key flows through the subquery so that the function, which depends on
+  // it, runs after set_config; OFFSET 0 keeps the subquery from being
+  // flattened away.  No statement is named: named prepared statements do
+  // not survive a pooler in transaction mode.
+  buildQueries(s) {
+    const tenantAndKey =
+      "(SELECT pg_catalog.set_config('platformkit.tenant', $1, true) AS tenant, $2::text AS key OFFSET 0) t";
+    const check = (algorithm) =>
+      `SELECT c.allowed, c.count, c.reset_at, c.status FROM ${tenantAndKey},` +
+      ` LATERAL ${s}pklimit_check(t.key, $3::bigint, $4::interval, cost => $5::bigint` +
+      (algorithm ? ', algorithm => $6::text' : '') + ') c';
+    this.sql = {
+      check: check(false),
+      checkAlgorithm: check(true),
+      decrement: `SELECT ${s}pklimit_decrement(t.key, 1) AS count FROM ${tenantAndKey}`,
+      forget: `SELECT ${s}pklimit_forget(t.key) AS forgotten FROM ${tenantAndKey}`,
+    };
+  }
+
+  init(options) {
+    if (typeof options.windowMs === 'number' && options.windowMs > 0) {
+      this.window = `${Math.round(options.windowMs)} milliseconds`;
+    }
+    this.limitIsNumber = typeof options.limit === 'number';
+    this.limit = this.limitIsNumber ? options.limit : undefined;
+    this.maxCount = this.limitIsNumber ? String(Math.max(0, Math.floor(options.limit))) : NO_LIMIT;
+    // express-rate-limit takes its own 429 answers back too when it skips
+    // failed requests.  A GCRA refusal records at most a full bucket, so
+    // taking it back would free room it never took (docs/algorithms.md,
+    // "Taking events back"): the refusals this store answered are kept,
+    // per key, and that many decrements of the key leave the bucket as it
+    // is.  The middleware takes a request back through the store that
+    // counted it, and GCRA's events are alike, so which decrement is
+    // skipped does not matter.
+    this.refusalsKept = this.limitIsNumber && this.algorithm === 'gcra' && Boolean(options.skipFailedRequests)
+      ? new Map() : null;
+  }
+
+  tenantFor(key) {
+    const tenant = this.tenantOf(key);
+    return tenant == null ? '' : String(tenant);
+  }
+
+  async check(key, cost) {
+    // gcra and sliding count against max_count: with a limit computed per
+    // request there is none, and their counts would mean nothing.
+    const algorithm = this.limitIsNumber ? this.algorithm : undefined;
+    const params = [this.tenantFor(key), this.prefix + key, this.maxCount, this.window, cost];
+    if (algorithm) params.push(algorithm);
+    const { rows } = await this.pool.query(algorithm ? this.sql.checkAlgorithm : this.sql.check, params);
+    return rows[0];
+  }
+
+  unavailable(what, key, row) {
+    this.warn(`rate-limit-pklimit: store unavailable (${row.status}) for ${what} of key ${this.prefix + key}:` +
+      ` pklimit.on_unavailable answered ${row.allowed ? 'allow' : 'deny'}`);
+  }
+
+  async increment(key) {
+    const row = await this.check(key, 1);
+    if (row.status !== 'ok' && row.status !== 'shadow') {
+      this.unavailable('increment', key, row);
+      // allow: no hits, so the middleware lets the request through whatever
+      // the limit; deny: more hits than any limit can allow.
+      return { totalHits: row.allowed ? 0 : Number.MAX_SAFE_INTEGER, resetTime: undefined };
+    }
+    let totalHits = toCount(row.count);
+    // pklimit decides; the middleware refuses when totalHits > limit.  With
+    // 'fixed' and status 'ok' the two agree already; shadow mode (allowed
+    // past the limit), gcra and sliding need the count brought to the side
+    // pklimit decided.
+    if (this.limitIsNumber) {
+      totalHits = row.allowed ? Math.min(totalHits, this.limit) : Math.max(totalHits, this.limit + 1);
+    }
+    if (this.refusalsKept && !row.allowed) {
+      this.refusalsKept.set(key, (this.refusalsKept.get(key) || 0) + 1);
+    }
+    return { totalHits, resetTime: new Date(row.reset_at) };
+  }
+
+  async get(key) {
+    const row = await this.check(key, 0);
+    if (row.status !== 'ok' && row.status !== 'shadow') {
+      this.unavailable('get', key, row);
+      return undefined;
+    }
+    const totalHits = toCount(row.count);
+    if (totalHits === 0) return undefined;
+    return { totalHits, resetTime: new Date(row.reset_at) };
+  }
+
+  async decrement(key) {
+    const refusals = this.refusalsKept && this.refusalsKept.get(key);
+    if (refusals) {
+      if (refusals === 1) this.refusalsKept.delete(key);
+      else this.refusalsKept.set(key, refusals - 1);
+      return;
+    }
+    const { rows } = await this.pool.query(this.sql.decrement, [this.tenantFor(key), this.prefix + key]);
+    if (rows[0].count === null) {
+      this.warn(`rate-limit-pklimit: store unavailable for decrement of key ${this.prefix + key}: nothing taken back`);
+    }
+  }
+
+  async resetKey(key) {
+    const { rows } = await this.pool.query(this.sql.forget, [this.tenantFor(key), this.prefix + key]);
+    if (rows[0].forgotten === null) {
+      this.warn(`rate-limit-pklimit: store unavailable for reset of key ${this.prefix + key}: the count stays`);
+    }
+  }
+}
+
+module.exports = { PklimitStore, pklimitTenant, withTenant, NO_LIMIT };

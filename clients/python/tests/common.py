@@ -1,0 +1,61 @@
+"""What the test suites share: the databases under test (from the
+environment the TAP test sets), SQL helpers and waiting for window room."""
+
+import os
+import time
+import uuid
+
+import psycopg
+
+# The pklimit node, directly and through pgbouncer (transaction pooling, one
+# server connection), and a node where no worker can start.
+URI = os.environ["PKLIMIT_TEST_URI"]
+POOLER_URI = os.environ["PKLIMIT_TEST_POOLER_URI"]
+UNAVAILABLE_URI = os.environ["PKLIMIT_TEST_UNAVAILABLE_URI"]
+
+
+def libpq(uri):
+    """The plain libpq URI of a storage URI without pool options."""
+    return "postgresql://" + uri.split("://", 1)[1]
+
+
+def with_query(uri, **params):
+    """uri with more query parameters (values already URL-encoded)."""
+    extra = "&".join(f"{k}={v}" for k, v in params.items())
+    return uri + ("&" if "?" in uri else "?") + extra
+
+
+def sql(query, params=(), uri=URI):
+    with psycopg.connect(libpq(uri), autocommit=True) as conn:
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else None
+
+
+def rows(pattern, uri=URI):
+    """(stored key, count) of the keys that contain pattern, sorted."""
+    return sql("SELECT key, count FROM platformkit_limits WHERE strpos(key, %s) > 0"
+               " ORDER BY key COLLATE \"C\"", (pattern,), uri)
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def window_end(seconds):
+    """The end of the epoch-aligned window of `seconds` open now, by the
+    database's clock."""
+    return sql("SELECT extract(epoch FROM date_bin(make_interval(secs => %s), clock_timestamp(),"
+               " timestamptz 'epoch'))::float8 + %s", (seconds, seconds))[0][0]
+
+
+def wait_for_room(seconds, need=90):
+    """Returns once the epoch-aligned window of `seconds` has at least
+    `need` seconds left, so that no boundary resets a count mid-test."""
+    deadline = time.monotonic() + need + 30
+    while True:
+        left = window_end(seconds) - sql("SELECT extract(epoch FROM clock_timestamp())::float8")[0][0]
+        if left >= need:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the {seconds}s window did not turn over")
+        time.sleep(min(0.5, max(left, 0.05)))
