@@ -4,7 +4,7 @@ limits' memory:// storage and the same app with no limiter, measured side
 by side in one run with wrk (Debian's package) against werkzeug's threaded
 server, every request on one hot key.
 
-    /usr/bin/python3 bench/clients/flask.py [--uri URI] [--connections 64]
+    venv/bin/python bench/clients/flask.py [--uri URI] [--connections 64]
         [--duration 10] [--threads 2] [--pool 16] [--headers] [--limit N] [--rounds 3]
 
 URI is the pklimit storage's (default pklimit://: libpq's PG* environment)

@@ -89,6 +89,9 @@ class PklimitStore {
     this.window = '60000 milliseconds';
     this.maxCount = NO_LIMIT;
     this.limitIsNumber = false;
+    this.keepsRefusals = false;
+    this.takesBack = false;
+    this.unrecorded = new Map();
     this.buildQueries(schema === undefined || schema === null ? '' : quoteIdent(schema) + '.');
   }
 
@@ -103,7 +106,7 @@ class PklimitStore {
     const tenantAndKey =
       "(SELECT pg_catalog.set_config('platformkit.tenant', $1, true) AS tenant, $2::text AS key OFFSET 0) t";
     const check = (algorithm) =>
-      `SELECT c.allowed, c.count, c.reset_at, c.status FROM ${tenantAndKey},` +
+      `SELECT c.allowed, c.count, c.reset_at, extract(epoch FROM c.retry_after) * 1000 AS retry_ms, c.status FROM ${tenantAndKey},` +
       ` LATERAL ${s}pklimit_check(t.key, $3::bigint, $4::interval, cost => $5::bigint` +
       (algorithm ? ', algorithm => $6::text' : '') + ') c';
     this.sql = {
@@ -124,13 +127,30 @@ class PklimitStore {
     // express-rate-limit takes its own 429 answers back too when it skips
     // failed requests.  A GCRA refusal records at most a full bucket, so
     // taking it back would free room it never took (docs/algorithms.md,
-    // "Taking events back"): the refusals this store answered are kept,
-    // per key, and that many decrements of the key leave the bucket as it
-    // is.  The middleware takes a request back through the store that
-    // counted it, and GCRA's events are alike, so which decrement is
-    // skipped does not matter.
-    this.refusalsKept = this.limitIsNumber && this.algorithm === 'gcra' && Boolean(options.skipFailedRequests)
-      ? new Map() : null;
+    // "Taking events back").
+    this.keepsRefusals = this.limitIsNumber && this.algorithm === 'gcra';
+    // only a middleware that takes requests back calls decrement
+    this.takesBack = Boolean(options.skipFailedRequests || options.skipSuccessfulRequests);
+  }
+
+  // Increments that recorded nothing a decrement could take back (an
+  // unavailable answer; a GCRA refusal), per tenant and key: that many of
+  // the key's decrements take nothing back.  The middleware takes a request
+  // back through the store that counted it, and a key's events are alike,
+  // so which decrement is skipped does not matter.
+  skipNextDecrement(tenant, key) {
+    if (!this.takesBack) return;
+    const id = JSON.stringify([tenant, key]);
+    this.unrecorded.set(id, (this.unrecorded.get(id) || 0) + 1);
+  }
+
+  skipsDecrement(tenant, key) {
+    const id = JSON.stringify([tenant, key]);
+    const n = this.unrecorded.get(id);
+    if (!n) return false;
+    if (n === 1) this.unrecorded.delete(id);
+    else this.unrecorded.set(id, n - 1);
+    return true;
   }
 
   tenantFor(key) {
@@ -138,11 +158,11 @@ class PklimitStore {
     return tenant == null ? '' : String(tenant);
   }
 
-  async check(key, cost) {
+  async check(key, cost, tenant = this.tenantFor(key)) {
     // gcra and sliding count against max_count: with a limit computed per
     // request there is none, and their counts would mean nothing.
     const algorithm = this.limitIsNumber ? this.algorithm : undefined;
-    const params = [this.tenantFor(key), this.prefix + key, this.maxCount, this.window, cost];
+    const params = [tenant, this.prefix + key, this.maxCount, this.window, cost];
     if (algorithm) params.push(algorithm);
     const { rows } = await this.pool.query(algorithm ? this.sql.checkAlgorithm : this.sql.check, params);
     return rows[0];
@@ -154,9 +174,11 @@ class PklimitStore {
   }
 
   async increment(key) {
-    const row = await this.check(key, 1);
+    const tenant = this.tenantFor(key);
+    const row = await this.check(key, 1, tenant);
     if (row.status !== 'ok' && row.status !== 'shadow') {
       this.unavailable('increment', key, row);
+      this.skipNextDecrement(tenant, key);
       // allow: no hits, so the middleware lets the request through whatever
       // the limit; deny: more hits than any limit can allow.
       return { totalHits: row.allowed ? 0 : Number.MAX_SAFE_INTEGER, resetTime: undefined };
@@ -169,10 +191,12 @@ class PklimitStore {
     if (this.limitIsNumber) {
       totalHits = row.allowed ? Math.min(totalHits, this.limit) : Math.max(totalHits, this.limit + 1);
     }
-    if (this.refusalsKept && !row.allowed) {
-      this.refusalsKept.set(key, (this.refusalsKept.get(key) || 0) + 1);
-    }
-    return { totalHits, resetTime: new Date(row.reset_at) };
+    if (this.keepsRefusals && !row.allowed) this.skipNextDecrement(tenant, key);
+    // a refusal's Retry-After: when a call would be allowed again, which
+    // for gcra and sliding comes before the key is back to zero
+    const resetTime = this.limitIsNumber && this.algorithm && this.algorithm !== 'fixed' && !row.allowed
+      ? new Date(Date.now() + Number(row.retry_ms)) : new Date(row.reset_at);
+    return { totalHits, resetTime };
   }
 
   async get(key) {
@@ -187,13 +211,9 @@ class PklimitStore {
   }
 
   async decrement(key) {
-    const refusals = this.refusalsKept && this.refusalsKept.get(key);
-    if (refusals) {
-      if (refusals === 1) this.refusalsKept.delete(key);
-      else this.refusalsKept.set(key, refusals - 1);
-      return;
-    }
-    const { rows } = await this.pool.query(this.sql.decrement, [this.tenantFor(key), this.prefix + key]);
+    const tenant = this.tenantFor(key);
+    if (this.skipsDecrement(tenant, key)) return;
+    const { rows } = await this.pool.query(this.sql.decrement, [tenant, this.prefix + key]);
     if (rows[0].count === null) {
       this.warn(`rate-limit-pklimit: store unavailable for decrement of key ${this.prefix + key}: nothing taken back`);
     }

@@ -26,7 +26,7 @@ BAIL_OUT('clients/node not found next to test/') unless $package;
 
 # The Node tests, by file and number: every one must report, none may skip.
 my @files = qw(test/store.test.js test/unavailable.test.js test/pgbouncer.test.js test/esm.test.mjs);
-my $expected_tests = 25;
+my $expected_tests = 26;
 
 sub need
 {

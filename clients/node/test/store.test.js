@@ -4,7 +4,7 @@
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { AsyncLocalStorage } = require('node:async_hooks');
-const { PklimitStore, pklimitTenant, NO_LIMIT } = require('rate-limit-pklimit');
+const { PklimitStore, pklimitTenant, withTenant, NO_LIMIT } = require('rate-limit-pklimit');
 const { HOUR, pool, endPools, serve, sql, storedCount, unique, statuses, until } = require('./helpers');
 
 after(endPools);
@@ -242,6 +242,10 @@ test('algorithm gcra with a numeric limit: pklimit decides', async () => {
   const got = [];
   for (let i = 0; i < 5; i++) got.push((await app.get('/', { 'x-client': client })).status);
   assert.deepEqual(got, [200, 200, 200, 429, 429]);
+  // a refusal's Retry-After is when one more fits (a step of 20 minutes),
+  // not when the bucket is empty (an hour)
+  const retry = Number((await app.get('/', { 'x-client': client })).headers.get('retry-after'));
+  assert.ok(retry > 1100 && retry <= 1200, `Retry-After ${retry}`);
   assert.deepEqual(await sql('SELECT algorithm, max_count::int FROM platformkit_limits WHERE key = $1',
     [`g:rl:${client}`]), [{ algorithm: 'gcra', max_count: 3 }]);
   await app.close();
@@ -261,6 +265,21 @@ test('gcra with skipFailedRequests: a client that keeps retrying past the limit 
   // the refusals, capped at a full bucket, were not taken back: it is full
   assert.deepEqual(await sql('SELECT pklimit_count($1)::int AS n', [`rl:${client}`]), [{ n: 3 }]);
   await app.close();
+});
+
+test('gcra with skipFailedRequests: one tenant\'s refusals leave another tenant\'s decrements alone', async () => {
+  const client = unique('gcra-tenants');
+  const store = new PklimitStore({ pool: pool(), algorithm: 'gcra' });
+  store.init({ windowMs: HOUR, limit: 1, skipFailedRequests: true });
+  // acme refused, its decrement not yet come; globex counted, then taken back
+  await withTenant('acme', () => store.increment(client));
+  assert.equal((await withTenant('acme', () => store.increment(client))).totalHits, 2);
+  assert.equal((await withTenant('globex', () => store.increment(client))).totalHits, 1);
+  await withTenant('globex', () => store.decrement(client));
+  assert.equal(await storedCount(`t6:globex:rl:${client}`), 0, 'globex\'s hit was taken back');
+  // acme's decrement, of its refusal, takes nothing from its full bucket
+  await withTenant('acme', () => store.decrement(client));
+  assert.equal((await withTenant('acme', () => store.increment(client))).totalHits, 2, 'acme stays refused');
 });
 
 test('shadow mode: refusals are allowed, counted exactly, with RateLimit-Remaining 0', async () => {
