@@ -117,12 +117,13 @@ pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
 /* One operation on one stored key. */
 static void
 run_on_key(FunctionCallInfo fcinfo, PklimitOpKind kind,
-		   const char *stored_key, PklimitAnswer *answer)
+		   const char *stored_key, int64 cost, PklimitAnswer *answer)
 {
 	PklimitRequest request;
 
 	memset(&request, 0, sizeof(request));
 	request.kind = kind;
+	request.call.cost = cost;
 	strlcpy(request.key, stored_key, sizeof(request.key));
 	(void) pklimit_run(fcinfo, &request, answer, 1);
 }
@@ -243,13 +244,15 @@ pklimit_unavailable(const PklimitAnswer *answer, PklimitCaller caller)
 }
 
 /*
- * A count or a forget of the key: false, after the warning (or the error)
- * pklimit.on_unavailable asks for, if the call was unavailable.
+ * A count, a forget or a decrement (of cost) of the stored key: false,
+ * after the warning (or the error) pklimit.on_unavailable asks for, if the
+ * call was unavailable.
  */
 static bool
-key_call(FunctionCallInfo fcinfo, PklimitOpKind kind, PklimitAnswer *answer)
+key_call(FunctionCallInfo fcinfo, PklimitOpKind kind, const char *stored_key,
+		 int64 cost, PklimitAnswer *answer)
 {
-	run_on_key(fcinfo, kind, stored_key_arg(fcinfo), answer);
+	run_on_key(fcinfo, kind, stored_key, cost, answer);
 	if (answer->status == PKLIMIT_OK)
 		return true;
 	(void) pklimit_unavailable(answer, PKLIMIT_CALL_READS);
@@ -263,7 +266,7 @@ pklimit_count(PG_FUNCTION_ARGS)
 {
 	PklimitAnswer answer;
 
-	if (!key_call(fcinfo, PKLIMIT_OP_COUNT, &answer))
+	if (!key_call(fcinfo, PKLIMIT_OP_COUNT, stored_key_arg(fcinfo), 0, &answer))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(answer.result.found ? answer.result.count : 0);
 }
@@ -275,7 +278,7 @@ pklimit_forget(PG_FUNCTION_ARGS)
 {
 	PklimitAnswer answer;
 
-	if (!key_call(fcinfo, PKLIMIT_OP_FORGET, &answer))
+	if (!key_call(fcinfo, PKLIMIT_OP_FORGET, stored_key_arg(fcinfo), 0, &answer))
 		PG_RETURN_NULL();
 	PG_RETURN_BOOL(answer.result.found);
 }
@@ -289,27 +292,20 @@ PG_FUNCTION_INFO_V1(pklimit_decrement);
 Datum
 pklimit_decrement(PG_FUNCTION_ARGS)
 {
-	PklimitRequest request;
 	PklimitAnswer answer;
 	char	   *stored_key = stored_key_arg(fcinfo);
+	int64		cost;
 
 	pklimit_arg_not_null(fcinfo, 1, "cost");
-	memset(&request, 0, sizeof(request));
-	request.kind = PKLIMIT_OP_DECREMENT;
-	request.call.cost = PG_GETARG_INT64(1);
-	if (request.call.cost < 0)
+	cost = PG_GETARG_INT64(1);
+	if (cost < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("cost must not be negative"),
-				 errdetail("cost is " INT64_FORMAT ".", request.call.cost),
+				 errdetail("cost is " INT64_FORMAT ".", cost),
 				 errhint("Give the events to take back: 1 for one.")));
-	strlcpy(request.key, stored_key, sizeof(request.key));
-	(void) pklimit_run(fcinfo, &request, &answer, 1);
-	if (answer.status != PKLIMIT_OK)
-	{
-		(void) pklimit_unavailable(&answer, PKLIMIT_CALL_READS);
+	if (!key_call(fcinfo, PKLIMIT_OP_DECREMENT, stored_key, cost, &answer))
 		PG_RETURN_NULL();
-	}
 	PG_RETURN_INT64(answer.result.count);
 }
 

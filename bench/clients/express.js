@@ -27,6 +27,20 @@ const ACPR_DB = process.env.BENCH_ACPR_DB || 'pklimit_bench_acpr';
 
 // --- the app, in a child process -----------------------------------------
 
+// acpr's store starts its migrations in its constructor without waiting
+// for them: wait until its function is there.
+async function acprReady() {
+  const pg = require('pg');
+  const check = new pg.Client({ database: ACPR_DB });
+  await check.connect();
+  for (;;) {
+    const r = await check.query("SELECT to_regproc('rate_limit.agg_increment') IS NOT NULL AS ready");
+    if (r.rows[0].ready) break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  await check.end();
+}
+
 async function serve(kind) {
   const express = require('express');
   const { rateLimit } = require('express-rate-limit');
@@ -57,15 +71,7 @@ async function serve(kind) {
     const config = { database: ACPR_DB, max: POOL_SIZE };
     const store = new PostgresStore(config, `bench-${Date.now()}`);
     app.use(limiter(store));
-    // its constructor starts its migrations without waiting for them
-    const check = new pg.Client({ database: ACPR_DB });
-    await check.connect();
-    for (;;) {
-      const r = await check.query("SELECT to_regproc('rate_limit.agg_increment') IS NOT NULL AS ready");
-      if (r.rows[0].ready) break;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    await check.end();
+    await acprReady();
   }
   app.get('/', (req, res) => res.send('ok'));
   const server = app.listen(0, '127.0.0.1', () => process.send({ port: server.address().port }));
@@ -88,14 +94,7 @@ async function storeOnly(kind, seconds) {
   } else {
     const { PostgresStore } = require('@acpr/rate-limit-postgresql');
     store = new PostgresStore({ database: ACPR_DB, max: POOL_SIZE }, `bench-store-${Date.now()}`);
-    const check = new pg.Client({ database: ACPR_DB });
-    await check.connect();
-    for (;;) {
-      const r = await check.query("SELECT to_regproc('rate_limit.agg_increment') IS NOT NULL AS ready");
-      if (r.rows[0].ready) break;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    await check.end();
+    await acprReady();
   }
   store.init({ windowMs: 3600 * 1000, limit: LIMIT });
   const loop = async (end) => { let n = 0; while (Date.now() < end) { await store.increment('hot'); n++; } return n; };

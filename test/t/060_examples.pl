@@ -243,14 +243,6 @@ sub run_api_example
 }
 
 # A toolchain that is missing is a failure, not a skip.
-sub need
-{
-	my ($what, @cmd) = @_;
-	my ($out, $err) = ('', '');
-	my $ok = eval { IPC::Run::run(\@cmd, '>', \$out, '2>', \$err) };
-	ok($ok, "$what is installed (@cmd)") or diag($@ || $err);
-	return $ok;
-}
 
 # Python: Debian's python3-psycopg, with the system interpreter.
 if (need('python3-psycopg', '/usr/bin/python3', '-c', 'import psycopg'))

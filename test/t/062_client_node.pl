@@ -28,14 +28,6 @@ BAIL_OUT('clients/node not found next to test/') unless $package;
 my @files = qw(test/store.test.js test/unavailable.test.js test/pgbouncer.test.js test/esm.test.mjs);
 my $expected_tests = 26;
 
-sub need
-{
-	my ($what, @cmd) = @_;
-	my ($out, $err) = ('', '');
-	my $ok = eval { IPC::Run::run(\@cmd, '>', \$out, '2>', \$err) };
-	ok($ok, "$what is installed (@cmd)") or diag($@ || $err);
-	return $ok;
-}
 need('node', 'node', '--version') or BAIL_OUT('node is missing');
 need('npm', 'npm', '--version') or BAIL_OUT('npm is missing');
 my $pgbouncer = (grep { -x $_ } '/usr/sbin/pgbouncer', '/usr/bin/pgbouncer')[0];
@@ -53,42 +45,8 @@ $node->safe_psql('erl_schema',
 	'CREATE SCHEMA "Rate Limits"; CREATE EXTENSION pklimit SCHEMA "Rate Limits"');
 
 # pgbouncer in transaction mode, one server connection for every client.
-my $bport = PostgreSQL::Test::Cluster::get_free_port();
-PostgreSQL::Test::Utils::append_to_file("$base/userlist.txt", qq{"$user" ""\n});
-PostgreSQL::Test::Utils::append_to_file("$base/pgbouncer.ini", <<INI);
-[databases]
-erl = host=$host port=$nport dbname=erl
-
-[pgbouncer]
-listen_addr =
-listen_port = $bport
-unix_socket_dir = $host
-auth_type = trust
-auth_file = $base/userlist.txt
-pool_mode = transaction
-default_pool_size = 1
-min_pool_size = 0
-max_client_conn = 50
-logfile = $base/pgbouncer.log
-pidfile = $base/pgbouncer.pid
-INI
+my ($bport, $bpid) = start_pgbouncer($pgbouncer, $node, 'erl', 50);
 my ($out, $err) = ('', '');
-ok(IPC::Run::run([ $pgbouncer, '-d', "$base/pgbouncer.ini" ], '>', \$out, '2>', \$err),
-	'pgbouncer starts') or diag("$out\n$err");
-my $bpid;
-END
-{
-	# Stop the pgbouncer this test started, by its pid.
-	kill 'TERM', $bpid if $bpid;
-}
-for (1 .. 100)
-{
-	last if -s "$base/pgbouncer.pid" && -S "$host/.s.PGSQL.$bport";
-	select(undef, undef, undef, 0.1);
-}
-$bpid = PostgreSQL::Test::Utils::slurp_file("$base/pgbouncer.pid") if -s "$base/pgbouncer.pid";
-chomp $bpid if $bpid;
-ok($bpid, 'pgbouncer runs (pid ' . ($bpid // 'none') . ')');
 
 # A writable copy of the package and its tests; node_modules from the lockfile.
 my $dir = "$base/node-client";
@@ -154,13 +112,6 @@ is($report{pass}, $expected_tests, 'node --test: every test passed');
 is("$report{fail}|$report{cancelled}|$report{skipped}|$report{todo}", '0|0|0|0',
 	'node --test: none failed, cancelled, skipped or todo');
 
-kill 'TERM', $bpid if $bpid;
-for (1 .. 100)
-{
-	last unless kill 0, $bpid;
-	select(undef, undef, undef, 0.1);
-}
-ok(!kill(0, $bpid), 'pgbouncer stopped');
-$bpid = undef;
+stop_pgbouncer($bpid);
 $node->stop;
 done_testing();

@@ -34,46 +34,12 @@ my $node = pklimit_node('python');
 my $down = pklimit_node('python_down', "max_worker_processes = 1\n");
 my $base = abs_path($node->basedir);
 my $host = $node->host;
+my $nport = $node->port;
 my $user = scalar getpwuid($<);
 
 # pgbouncer in transaction pooling mode, one server connection for all.
-my $bport = PostgreSQL::Test::Cluster::get_free_port();
-my $nport = $node->port;
-PostgreSQL::Test::Utils::append_to_file("$base/userlist.txt", qq{"$user" ""\n});
-PostgreSQL::Test::Utils::append_to_file("$base/pgbouncer.ini", <<EOF);
-[databases]
-postgres = host=$host port=$nport dbname=postgres
-
-[pgbouncer]
-listen_addr =
-listen_port = $bport
-unix_socket_dir = $host
-auth_type = trust
-auth_file = $base/userlist.txt
-pool_mode = transaction
-default_pool_size = 1
-min_pool_size = 0
-max_client_conn = 100
-logfile = $base/pgbouncer.log
-pidfile = $base/pgbouncer.pid
-EOF
+my ($bport, $bpid) = start_pgbouncer($pgbouncer, $node, 'postgres', 100);
 my ($out, $err) = ('', '');
-ok(IPC::Run::run([ $pgbouncer, '-d', "$base/pgbouncer.ini" ], '>', \$out, '2>', \$err),
-	'pgbouncer starts') or diag("$out\n$err");
-my $bpid;
-END
-{
-	# Stop the pgbouncer this test started, by its pid.
-	kill 'TERM', $bpid if $bpid;
-}
-for (1 .. 100)
-{
-	last if -s "$base/pgbouncer.pid" && -S "$host/.s.PGSQL.$bport";
-	select(undef, undef, undef, 0.1);
-}
-$bpid = PostgreSQL::Test::Utils::slurp_file("$base/pgbouncer.pid") if -s "$base/pgbouncer.pid";
-chomp $bpid if $bpid;
-ok($bpid, 'pgbouncer runs') or diag(-f "$base/pgbouncer.log" ? slurp_file("$base/pgbouncer.log") : '');
 my $pool = PostgreSQL::Test::Cluster->new('pgbouncer', port => $bport);
 ok($pool->poll_query_until('postgres', 'SELECT true'), 'psql connects through pgbouncer');
 
@@ -130,14 +96,7 @@ ok(defined $ran && $ran >= 39, 'python: the whole suite ran (' . ($ran // 'none'
 is(scalar(grep { /^PASS / } @verdicts), $ran // -1, 'python: every test that ran passed');
 ok($ok, 'python: the suite exits 0') or diag($err);
 
-kill 'TERM', $bpid if $bpid;
-for (1 .. 100)
-{
-	last unless kill 0, $bpid;
-	select(undef, undef, undef, 0.1);
-}
-ok(!kill(0, $bpid), 'pgbouncer stopped');
-$bpid = undef;
+stop_pgbouncer($bpid);
 $down->stop;
 $node->stop;
 done_testing();

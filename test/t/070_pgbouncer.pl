@@ -36,47 +36,9 @@ my $base = abs_path($node->basedir);
 # pgbouncer listens on a Unix socket in the node's socket directory, on a
 # port of its own; default_pool_size = 1: every client shares one server
 # connection.
-my $bport = PostgreSQL::Test::Cluster::get_free_port();
 my $user = scalar getpwuid($<);
 my $host = $node->host;
-my $nport = $node->port;
-PostgreSQL::Test::Utils::append_to_file("$base/userlist.txt", qq{"$user" ""\n});
-PostgreSQL::Test::Utils::append_to_file("$base/pgbouncer.ini", <<EOF);
-[databases]
-postgres = host=$host port=$nport dbname=postgres
-
-[pgbouncer]
-listen_addr =
-listen_port = $bport
-unix_socket_dir = $host
-auth_type = trust
-auth_file = $base/userlist.txt
-pool_mode = transaction
-default_pool_size = 1
-min_pool_size = 0
-max_client_conn = 20
-logfile = $base/pgbouncer.log
-pidfile = $base/pgbouncer.pid
-EOF
-
-my ($bout, $berr) = ('', '');
-ok(IPC::Run::run([ $pgbouncer, '-d', "$base/pgbouncer.ini" ], '>', \$bout, '2>', \$berr),
-	'pgbouncer starts') or diag("$bout\n$berr");
-my $bpid;
-END
-{
-	# Stop the pgbouncer this test started, by its pid.
-	kill 'TERM', $bpid if $bpid;
-}
-for (1 .. 100)
-{
-	last if -s "$base/pgbouncer.pid" && -S "$host/.s.PGSQL.$bport";
-	select(undef, undef, undef, 0.1);
-}
-$bpid = PostgreSQL::Test::Utils::slurp_file("$base/pgbouncer.pid") if -s "$base/pgbouncer.pid";
-chomp $bpid if $bpid;
-ok($bpid, "pgbouncer runs (pid " . ($bpid // 'none') . ")")
-  or diag(-f "$base/pgbouncer.log" ? PostgreSQL::Test::Utils::slurp_file("$base/pgbouncer.log") : '');
+my ($bport, $bpid) = start_pgbouncer($pgbouncer, $node, 'postgres', 20);
 
 # A Cluster object that is never started: only a psql client aimed at
 # pgbouncer's socket (same directory as the node's, pgbouncer's port).
@@ -185,14 +147,7 @@ is($client_b->query_safe("SELECT coalesce(current_setting('platformkit.tenant', 
 $client_a->quit;
 $client_b->quit;
 
-kill 'TERM', $bpid if $bpid;
-for (1 .. 100)
-{
-	last unless kill 0, $bpid;
-	select(undef, undef, undef, 0.1);
-}
-ok(!kill(0, $bpid), 'pgbouncer stopped');
-$bpid = undef;
+stop_pgbouncer($bpid);
 
 $node->stop;
 done_testing();

@@ -8,6 +8,9 @@ use Test::More;
 use Time::HiRes qw(time);
 use Exporter 'import';
 use File::Basename qw(dirname);
+use Cwd qw(abs_path);
+use IPC::Run;
+use PostgreSQL::Test::Utils;
 
 # Running prove by hand outside "make installcheck": find pg_regress, which
 # Cluster->init needs, in the PGXS tree.
@@ -18,7 +21,8 @@ if (!defined $ENV{PG_REGRESS})
 	$ENV{PG_REGRESS} = dirname($pgxs) . '/../test/regress/pg_regress';
 }
 
-our @EXPORT = qw(pklimit_node pklimit_cron_node worker_pid timed_psql pg_major extension_catalog);
+our @EXPORT = qw(pklimit_node pklimit_cron_node worker_pid timed_psql pg_major extension_catalog
+  need start_pgbouncer stop_pgbouncer);
 
 # The major version of the PostgreSQL under test (pg_config on the PATH).
 sub pg_major
@@ -152,6 +156,85 @@ SELECT line FROM (
 	  FROM rels c WHERE c.relkind = 'v'
 ) s ORDER BY line COLLATE "C";
 SQL
+}
+
+# Does the command run?  A test line saying so ("$what is installed").
+sub need
+{
+	my ($what, @cmd) = @_;
+	my ($out, $err) = ('', '');
+	my $ok = eval { IPC::Run::run(\@cmd, '>', \$out, '2>', \$err) };
+	ok($ok, "$what is installed (@cmd)") or diag($@ || $err);
+	return $ok;
+}
+
+# pgbouncer ($binary) in transaction pooling mode in front of database $db
+# of $node, with one server connection for every client (at most
+# $max_clients), listening on a Unix socket in the node's socket directory,
+# its files in the node's basedir; two test lines (it starts, it runs).
+# Returns its port and pid; a pgbouncer still running when the test ends is
+# stopped then.
+my @pgbouncers;
+
+sub start_pgbouncer
+{
+	my ($binary, $node, $db, $max_clients) = @_;
+	my $base = abs_path($node->basedir);
+	my ($host, $nport) = ($node->host, $node->port);
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $user = scalar getpwuid($<);
+	PostgreSQL::Test::Utils::append_to_file("$base/userlist.txt", qq{"$user" ""\n});
+	PostgreSQL::Test::Utils::append_to_file("$base/pgbouncer.ini", <<INI);
+[databases]
+$db = host=$host port=$nport dbname=$db
+
+[pgbouncer]
+listen_addr =
+listen_port = $port
+unix_socket_dir = $host
+auth_type = trust
+auth_file = $base/userlist.txt
+pool_mode = transaction
+default_pool_size = 1
+min_pool_size = 0
+max_client_conn = $max_clients
+logfile = $base/pgbouncer.log
+pidfile = $base/pgbouncer.pid
+INI
+	my ($out, $err) = ('', '');
+	ok(IPC::Run::run([ $binary, '-d', "$base/pgbouncer.ini" ], '>', \$out, '2>', \$err),
+		'pgbouncer starts') or diag("$out\n$err");
+	for (1 .. 100)
+	{
+		last if -s "$base/pgbouncer.pid" && -S "$host/.s.PGSQL.$port";
+		select(undef, undef, undef, 0.1);
+	}
+	my $pid = -s "$base/pgbouncer.pid" ? PostgreSQL::Test::Utils::slurp_file("$base/pgbouncer.pid") : undef;
+	chomp $pid if $pid;
+	push @pgbouncers, $pid if $pid;
+	ok($pid, 'pgbouncer runs (pid ' . ($pid // 'none') . ')')
+	  or diag(-f "$base/pgbouncer.log" ? PostgreSQL::Test::Utils::slurp_file("$base/pgbouncer.log") : '');
+	return ($port, $pid);
+}
+
+# Stop the pgbouncer of pid $pid and wait for it to be gone; a test line.
+sub stop_pgbouncer
+{
+	my ($pid) = @_;
+	kill 'TERM', $pid if $pid;
+	for (1 .. 100)
+	{
+		last unless $pid && kill 0, $pid;
+		select(undef, undef, undef, 0.1);
+	}
+	ok($pid && !kill(0, $pid), 'pgbouncer stopped');
+	@pgbouncers = grep { $_ ne ($pid // '') } @pgbouncers;
+	return;
+}
+
+END
+{
+	kill 'TERM', $_ for @pgbouncers;
 }
 
 1;
