@@ -3,7 +3,7 @@
 MODULE_big = pklimit
 OBJS = src/pklimit.o src/api.o src/key.o src/queue.o src/registry.o src/worker.o \
 	src/check.o src/apply.o src/xact.o src/unit.o src/limit.o src/table.o src/store.o src/purge.o src/stats.o src/hooks.o \
-	src/guards.o src/cron.o
+	src/guards.o src/cron.o src/memory.o src/flush.o
 
 EXTENSION = pklimit
 # Every script is written from one source, src/sql/pklimit.sql (rules

@@ -106,6 +106,20 @@ pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
 		requests[i].track_stats = pklimit_track_stats;
 	}
 	pklimit_stats_claim();
+	/* the memory path: decided here if its keys are in memory */
+	if ((requests[0].call.memory || requests[0].kind == PKLIMIT_OP_COUNT) &&
+		pklimit_memory_decide(requests, answers, n))
+	{
+		uint64		events = 0;
+
+		for (int i = 0; i < n; i++)
+			events += answers[i].result.recorded;
+		if (pklimit_track_stats && events > 0)
+			pklimit_stats_add(PKLIMIT_STAT_EVENTS, events);
+		if (requests[0].call.memory)
+			pklimit_stats_add(PKLIMIT_STAT_MEMORY_CALLS, 1);
+		return started;
+	}
 	pklimit_submit(requests, answers, n);
 	if (answers[0].status == PKLIMIT_OK && answers[0].unreplicated)
 		ereport(WARNING,
@@ -117,13 +131,15 @@ pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
 /* One operation on one stored key. */
 static void
 run_on_key(FunctionCallInfo fcinfo, PklimitOpKind kind,
-		   const char *stored_key, int64 cost, PklimitAnswer *answer)
+		   const char *stored_key, int64 cost, bool memory,
+		   PklimitAnswer *answer)
 {
 	PklimitRequest request;
 
 	memset(&request, 0, sizeof(request));
 	request.kind = kind;
 	request.call.cost = cost;
+	request.call.memory = memory;
 	strlcpy(request.key, stored_key, sizeof(request.key));
 	(void) pklimit_run(fcinfo, &request, answer, 1);
 }
@@ -250,9 +266,9 @@ pklimit_unavailable(const PklimitAnswer *answer, PklimitCaller caller)
  */
 static bool
 key_call(FunctionCallInfo fcinfo, PklimitOpKind kind, const char *stored_key,
-		 int64 cost, PklimitAnswer *answer)
+		 int64 cost, bool memory, PklimitAnswer *answer)
 {
-	run_on_key(fcinfo, kind, stored_key, cost, answer);
+	run_on_key(fcinfo, kind, stored_key, cost, memory, answer);
 	if (answer->status == PKLIMIT_OK)
 		return true;
 	(void) pklimit_unavailable(answer, PKLIMIT_CALL_READS);
@@ -266,7 +282,7 @@ pklimit_count(PG_FUNCTION_ARGS)
 {
 	PklimitAnswer answer;
 
-	if (!key_call(fcinfo, PKLIMIT_OP_COUNT, stored_key_arg(fcinfo), 0, &answer))
+	if (!key_call(fcinfo, PKLIMIT_OP_COUNT, stored_key_arg(fcinfo), 0, false, &answer))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(answer.result.found ? answer.result.count : 0);
 }
@@ -278,15 +294,15 @@ pklimit_forget(PG_FUNCTION_ARGS)
 {
 	PklimitAnswer answer;
 
-	if (!key_call(fcinfo, PKLIMIT_OP_FORGET, stored_key_arg(fcinfo), 0, &answer))
+	if (!key_call(fcinfo, PKLIMIT_OP_FORGET, stored_key_arg(fcinfo), 0, false, &answer))
 		PG_RETURN_NULL();
 	PG_RETURN_BOOL(answer.result.found);
 }
 
 /*
- * pklimit_decrement(key, cost): up to cost events taken back from the key's
- * open state; its count after (0 if none is open), NULL if the call was
- * unavailable.
+ * pklimit_decrement(key, cost, durable): up to cost events taken back from
+ * the key's open state; its count after (0 if none is open), NULL if the
+ * call was unavailable.
  */
 PG_FUNCTION_INFO_V1(pklimit_decrement);
 Datum
@@ -304,7 +320,10 @@ pklimit_decrement(PG_FUNCTION_ARGS)
 				 errmsg("cost must not be negative"),
 				 errdetail("cost is " INT64_FORMAT ".", cost),
 				 errhint("Give the events to take back: 1 for one.")));
-	if (!key_call(fcinfo, PKLIMIT_OP_DECREMENT, stored_key, cost, &answer))
+	if (PG_NARGS() > 2)
+		pklimit_arg_not_null(fcinfo, 2, "durable");
+	if (!key_call(fcinfo, PKLIMIT_OP_DECREMENT, stored_key, cost,
+				  PG_NARGS() > 2 && !PG_GETARG_BOOL(2), &answer))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(answer.result.count);
 }

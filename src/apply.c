@@ -326,6 +326,8 @@ apply_units(PklimitEntry **entries, int n, const Unit *units,
 		if (*citus)
 			pklimit_timer_stop();
 	}
+	if (applied)
+		pklimit_read_rows(entries, n, &table);
 	pklimit_restore_user(&worker);
 	return applied;
 }
@@ -409,7 +411,10 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 
 	MemoryContextSwitchTo(memory_context);
 	if (outcome == APPLY_COMMITTED)
+	{
 		count_recorded(entries, n);
+		pklimit_read_in(entries, n);
+	}
 	pklimit_report_idle();
 	return outcome;
 }

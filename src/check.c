@@ -56,7 +56,8 @@ kind_of(const PklimitCall *call, int keys)
 
 /*
  * The options of a call, from argument first on: cost (events, 0 or more),
- * record_refused, block (NULL: none) and, from 0.3.0, algorithm.
+ * record_refused, block (NULL: none) and, from 0.3.0, algorithm and
+ * durable.
  */
 static void
 options_args(FunctionCallInfo fcinfo, int first, Arguments args,
@@ -75,11 +76,18 @@ options_args(FunctionCallInfo fcinfo, int first, Arguments args,
 	call->block_usec = PG_ARGISNULL(first + 2) ? 0 :
 		pklimit_window_value(PG_GETARG_INTERVAL_P(first + 2), "block");
 	call->algorithm = PKLIMIT_FIXED;
+	call->memory = false;
 	if (args >= ARGS_0_3)
 	{
 		pklimit_arg_not_null(fcinfo, first + 3, "algorithm");
 		call->algorithm = pklimit_algorithm_value(PG_GETARG_TEXT_PP(first + 3),
 												  "algorithm");
+		/* durable, from 0.3.0's last release of the functions on */
+		if (PG_NARGS() > first + 4)
+		{
+			pklimit_arg_not_null(fcinfo, first + 4, "durable");
+			call->memory = !PG_GETARG_BOOL(first + 4);
+		}
 	}
 }
 

@@ -93,6 +93,13 @@ extension_schema(Oid extoid)
 	return nspid;
 }
 
+/* The schema of pklimit in the current database, or InvalidOid. */
+Oid
+pklimit_extension_namespace(void)
+{
+	return extension_schema(get_extension_oid("pklimit", true));
+}
+
 /* The OID of pklimit's table in the current database, or InvalidOid. */
 static Oid
 pklimit_table(void)

@@ -4,7 +4,8 @@
  *		The hooks pklimit installs at preload, and what they do in the life
  *		of a database and of the extension: statements that need a database
  *		to themselves make its worker leave first; DROP EXTENSION pklimit
- *		takes its pg_cron job with it; DROP DATABASE its statistics.  They
+ *		takes its pg_cron job and, once committed, its keys in memory with
+ *		it; DROP DATABASE its statistics and keys in memory.  They
  *		run the guards of pklimit's table and names (guards.c).  Nothing here
  *		records events or touches the queue but to ask a worker to leave.
  *
@@ -12,8 +13,10 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_extension.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
 #include "commands/extension.h"
@@ -97,15 +100,43 @@ release_database(Node *parsetree)
 		pklimit_terminate_workers(dboid);
 }
 
-/* What is created or altered is checked, not its parts (columns). */
+/* This transaction drops pklimit: its keys in memory go at its commit. */
+static bool dropping_extension = false;
+
+static void
+drop_at_commit(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT && dropping_extension)
+		pklimit_memory_drop_extension();
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+		dropping_extension = false;
+}
+
+/*
+ * What is created or altered is checked, not its parts (columns).  pklimit
+ * dropped, however (DROP EXTENSION, DROP SCHEMA ... CASCADE): its keys in
+ * memory are of a table that is gone once that commits.
+ */
 static void
 object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId,
 			  void *arg)
 {
+	static bool callback_registered = false;
+
 	if (prev_object_access)
 		prev_object_access(access, classId, objectId, subId, arg);
 	if ((access == OAT_POST_CREATE || access == OAT_POST_ALTER) && subId == 0)
 		pklimit_guard_name(classId, objectId);
+	if (access == OAT_DROP && classId == ExtensionRelationId &&
+		objectId == get_extension_oid("pklimit", true))
+	{
+		if (!callback_registered)
+		{
+			RegisterXactCallback(drop_at_commit, NULL);
+			callback_registered = true;
+		}
+		dropping_extension = true;
+	}
 }
 
 /*
@@ -138,7 +169,10 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 	if (dropping_pklimit)
 		pklimit_cron_unschedule();
 	if (OidIsValid(dropped_database))
+	{
 		pklimit_stats_forget_database(dropped_database);
+		pklimit_memory_forget_database(dropped_database);
+	}
 	if (granting)
 		pklimit_guard_grant();
 }

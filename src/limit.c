@@ -795,6 +795,114 @@ pklimit_apply_decision(const PklimitRow *before, const PklimitCall *call,
 	return recorded ? call->cost : 0;
 }
 
+/* The result of a call decided at now. */
+static void
+decision_result(const PklimitDecision *decision, TimestampTz now,
+				PklimitResult *result)
+{
+	result->found = true;
+	result->allowed = decision->allowed;
+	result->count = decision->count;
+	result->event_at = now;
+	result->reset_at = decision->reset_at;
+	result->retry_at = decision->retry_at;
+}
+
+/* Would writing row b change row a?  (Fields only: padding may differ.) */
+bool
+pklimit_rows_differ(const PklimitRow *a, const PklimitRow *b)
+{
+	return a->exists != b->exists || a->count != b->count ||
+		a->window_start != b->window_start || a->window_end != b->window_end ||
+		a->updated_at != b->updated_at || a->blocked_until != b->blocked_until ||
+		a->algorithm != b->algorithm || a->max_count != b->max_count ||
+		a->no_max_count != b->no_max_count ||
+		a->previous_count != b->previous_count ||
+		a->expires_at != b->expires_at;
+}
+
+/*
+ * One call on a key at now, decided on *row and recorded as its own decision
+ * says; *row becomes the row after it.  The worker (unit.c) and the memory
+ * path (memory.c) decide every call on one key so.
+ */
+void
+pklimit_decide_call(PklimitRow *row, const PklimitCall *call, TimestampTz now,
+					PklimitResult *result)
+{
+	PklimitDecision decision;
+	PklimitRow	after;
+
+	memset(result, 0, sizeof(*result));
+	pklimit_decide(row, call, now, &decision);
+	result->recorded = pklimit_apply_decision(row, call, now,
+											  pklimit_records(call, decision.allowed),
+											  &decision, &after);
+	decision_result(&decision, now, result);
+	*row = after;
+}
+
+/* A peek (cost 0) at now on row: decided, nothing recorded. */
+void
+pklimit_decide_peek(const PklimitRow *row, const PklimitCall *call,
+					TimestampTz now, PklimitResult *result)
+{
+	PklimitDecision decision;
+
+	memset(result, 0, sizeof(*result));
+	pklimit_decide(row, call, now, &decision);
+	decision_result(&decision, now, result);
+	result->found = row->exists;
+}
+
+/*
+ * The calls on the m keys of one group at now, decided together: a key is
+ * recorded if every key allows, or if its call records refusals; rows[k]
+ * become the rows after.
+ */
+void
+pklimit_decide_group(PklimitRow *rows, const PklimitCall *calls, int m,
+					 TimestampTz now, PklimitResult *results)
+{
+	PklimitDecision decision[PKLIMIT_GROUP_MAX];
+	bool		all_allowed = true;
+
+	Assert(m <= PKLIMIT_GROUP_MAX);
+	for (int k = 0; k < m; k++)
+	{
+		pklimit_decide(&rows[k], &calls[k], now, &decision[k]);
+		all_allowed &= decision[k].allowed;
+	}
+	for (int k = 0; k < m; k++)
+	{
+		PklimitRow	after;
+
+		memset(&results[k], 0, sizeof(PklimitResult));
+		results[k].recorded =
+			pklimit_apply_decision(&rows[k], &calls[k], now,
+								   pklimit_records(&calls[k], all_allowed),
+								   &decision[k], &after);
+		decision_result(&decision[k], now, &results[k]);
+		rows[k] = after;
+	}
+}
+
+/*
+ * A decrement at now on *row (pklimit_take_back), as its result: found, the
+ * count after; *row becomes the row after.
+ */
+void
+pklimit_decide_decrement(PklimitRow *row, int64 cost, TimestampTz now,
+						 PklimitResult *result)
+{
+	PklimitRow	after;
+
+	memset(result, 0, sizeof(*result));
+	result->found = pklimit_take_back(row, cost, now, &after, &result->count);
+	result->event_at = now;
+	*row = after;
+}
+
 /*
  * The folded upsert: consecutive calls on one key of a fixed window that
  * record every event and start no block, applied as one INSERT ... ON

@@ -42,6 +42,8 @@ static char *pklimit_databases = NULL;	/* with a static worker each */
 bool		pklimit_shadow_mode = false;
 bool		pklimit_asynchronous_commit = false;
 bool		pklimit_track_stats = true;
+int			pklimit_memory_keys = 10000;
+int			pklimit_flush_interval = 1000;	/* milliseconds */
 
 /* Protects all of pklimit's shared memory; NULL without preload. */
 LWLock	   *pklimit_lock = NULL;
@@ -87,12 +89,18 @@ shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	/* four allocations, each rounded up to a cache line */
+
+	/*
+	 * four allocations, each rounded up to a cache line, and the memory
+	 * path's
+	 */
 	RequestAddinShmemSpace(add_size(add_size(CACHELINEALIGN(pklimit_queue_shmem_size()),
 											 CACHELINEALIGN(pklimit_registry_shmem_size())),
 									add_size(CACHELINEALIGN(pklimit_purge_shmem_size()),
 											 CACHELINEALIGN(pklimit_stats_shmem_size()))));
+	RequestAddinShmemSpace(pklimit_memory_shmem_size());
 	RequestNamedLWLockTranche("pklimit", 1);
+	pklimit_memory_shmem_request();
 }
 
 static void
@@ -105,6 +113,7 @@ shmem_startup(void)
 	pklimit_registry_shmem_init();
 	pklimit_purge_shmem_init();
 	pklimit_stats_shmem_init();
+	pklimit_memory_shmem_init();
 	pklimit_lock = &(GetNamedLWLockTranche("pklimit"))->lock;
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -198,6 +207,13 @@ define_session_settings(void)
 							 false,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("pklimit.flush_interval",
+							"How often a pklimit worker writes the keys its database holds in memory to the table.",
+							"A crash loses at most the memory path's events of twice this; a clean stop loses none.",
+							&pklimit_flush_interval,
+							1000, 10, 60000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 	DefineCustomIntVariable("pklimit.worker_idle_timeout",
 							"A pklimit worker with no work for this long exits.",
 							"0 (the default) keeps workers running, so a worker slot taken meanwhile cannot leave a database without one.",
@@ -223,6 +239,13 @@ define_server_settings(void)
 							"Each also takes a max_worker_processes slot while it runs.",
 							&pklimit_max_workers,
 							8, 1, 1024,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("pklimit.memory_keys",
+							"Keys the memory path (durable => false) can hold in shared memory, across all databases.",
+							"About 480 bytes each; 0 turns the memory path off, and its calls are applied durably.",
+							&pklimit_memory_keys,
+							10000, 0, INT_MAX / 1024,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 	DefineCustomStringVariable("pklimit.databases",

@@ -10,12 +10,22 @@
  *
  * Locking: every piece of pklimit's shared memory (queue slots, worker
  * registry and back-offs, purge status, the statistics' entries) but the
- * statistics' counters, which are atomics, is protected by the one LWLock
- * pklimit_lock, taken exclusively by whoever changes any of it and shared
- * by whoever only reads.  It is held for short scans only, never across a
- * latch wait, I/O or a transaction, and nothing that can raise an error runs
- * while it is held, so no error path needs to release it.  Functions that
- * expect it held say "Lock held"; each file says which fields it owns.
+ * statistics' counters, which are atomics, and the memory path's table, is
+ * protected by the one LWLock pklimit_lock, taken exclusively by whoever
+ * changes any of it and shared by whoever only reads.  It is held for short
+ * scans only, never across a latch wait, I/O or a transaction, and nothing
+ * that can raise an error runs while it is held, so no error path needs to
+ * release it.  Functions that expect it held say "Lock held"; each file says
+ * which fields it owns.
+ *
+ * The memory path's table (memory.c, docs/memory.md) has locks of its own:
+ * one per partition of its keys (tranche pklimit_memory), guarding the
+ * partition's entries and the directory slots that point at them, and a
+ * control lock (pklimit_memory_control) guarding the free slots and each
+ * database's share.  A call on several keys takes their partitions' locks
+ * in ascending order.  Order: pklimit_lock, then the control lock, then
+ * partition locks in ascending order; none is held across I/O, a
+ * transaction or a wait.
  *
  *-------------------------------------------------------------------------
  */
@@ -123,6 +133,8 @@ typedef struct PklimitCall
 	bool		record_refused; /* a refused call records its events too */
 	int64		block_usec;		/* a refusal blocks the key this long; 0: no */
 	PklimitAlgorithm algorithm; /* of a state the call starts */
+	bool		memory;			/* durable => false: the memory path
+								 * (memory.c, docs/memory.md) */
 } PklimitCall;
 
 /* The decision of one call (limit.c). */
@@ -243,6 +255,9 @@ typedef struct PklimitEntry
 	int			unit;			/* the statement that applies it */
 	bool		unfold;			/* apply one statement per event */
 	bool		met_lock;		/* met a row locked by another transaction */
+	/* a memory call's key as its transaction left it, to read in */
+	bool		memory_read;
+	PklimitRow	memory_row;
 } PklimitEntry;
 
 /* Which caller found the store unavailable, for pklimit_unavailable(). */
@@ -318,6 +333,12 @@ typedef enum PklimitStat
 	PKLIMIT_STAT_WORKER_STARTS,
 	PKLIMIT_STAT_WAIT_USEC,		/* callers' waits, summed */
 	PKLIMIT_STAT_MAX_WAIT_USEC, /* the longest wait */
+	PKLIMIT_STAT_MEMORY_CALLS,	/* memory calls decided in memory */
+	PKLIMIT_STAT_MEMORY_READS,	/* keys read into memory */
+	PKLIMIT_STAT_MEMORY_FALLBACKS,	/* memory calls applied durably */
+	PKLIMIT_STAT_MEMORY_EVICTIONS,	/* entries given back */
+	PKLIMIT_STAT_FLUSHES,		/* flushes committed that wrote rows */
+	PKLIMIT_STAT_ROWS_FLUSHED,	/* rows they wrote */
 	PKLIMIT_STAT_COUNT
 } PklimitStat;
 
@@ -332,6 +353,8 @@ extern int	pklimit_worker_idle_timeout;
 extern bool pklimit_shadow_mode;
 extern bool pklimit_asynchronous_commit;
 extern bool pklimit_track_stats;
+extern int	pklimit_memory_keys;
+extern int	pklimit_flush_interval;
 extern LWLock *pklimit_lock;
 extern bool pklimit_preloaded(void);
 extern uint32 pklimit_wait_event(PklimitWait wait);
@@ -462,6 +485,9 @@ extern void pklimit_store_write(const PklimitTable *table,
 								bool existed);
 extern bool pklimit_store_forget(const PklimitTable *table,
 								 const char *stored_key);
+extern void pklimit_store_flush(const PklimitTable *table,
+								const char *const *keys,
+								const PklimitRow *rows, int n);
 extern int64 pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff,
 								 int64 limit, TimestampTz *from);
 extern bool pklimit_in_system;
@@ -491,6 +517,16 @@ extern bool pklimit_take_back(const PklimitRow *before, int64 cost,
 							  TimestampTz now, PklimitRow *after,
 							  int64 *count);
 extern bool pklimit_records(const PklimitCall *call, bool allowed);
+extern bool pklimit_rows_differ(const PklimitRow *a, const PklimitRow *b);
+extern void pklimit_decide_call(PklimitRow *row, const PklimitCall *call,
+								TimestampTz now, PklimitResult *result);
+extern void pklimit_decide_peek(const PklimitRow *row, const PklimitCall *call,
+								TimestampTz now, PklimitResult *result);
+extern void pklimit_decide_group(PklimitRow *rows, const PklimitCall *calls,
+								 int m, TimestampTz now,
+								 PklimitResult *results);
+extern void pklimit_decide_decrement(PklimitRow *row, int64 cost,
+									 TimestampTz now, PklimitResult *result);
 extern int64 pklimit_apply_decision(const PklimitRow *before,
 									const PklimitCall *call, TimestampTz now,
 									bool record, PklimitDecision *decision,
@@ -502,6 +538,64 @@ extern bool pklimit_fold_start(const PklimitRow *after, int64 events,
 extern const char pklimit_hit_rules_sql[];
 extern const char pklimit_hit_rules_no_block_sql[];
 extern const char pklimit_hit_rules_fixed_sql[];
+
+/* memory.c: the memory path's table in shared memory */
+typedef enum PklimitMemoryOutcome
+{
+	PKLIMIT_MEMORY_ABSENT,		/* no key of the call is in memory */
+	PKLIMIT_MEMORY_PRESENT,		/* some are, but it was not decided there */
+	PKLIMIT_MEMORY_DECIDED		/* decided in memory, answered */
+} PklimitMemoryOutcome;
+
+/* One entry's state copied for a flush (flush.c). */
+typedef struct PklimitMemoryCopy
+{
+	int			slot;			/* its directory slot */
+	void	   *entry;			/* the entry, to find it unchanged */
+	uint64		changes;		/* its changes when copied */
+	bool		write;			/* to be written (current, changed) */
+	char		key[PKLIMIT_MAX_READABLE_KEY + 1];
+	PklimitRow	row;
+} PklimitMemoryCopy;
+
+extern Size pklimit_memory_shmem_size(void);
+extern void pklimit_memory_shmem_request(void);
+extern void pklimit_memory_shmem_init(void);
+extern PklimitMemoryOutcome pklimit_memory_find(const PklimitRequest *requests,
+												PklimitAnswer *answers, int n,
+												bool decide);
+extern bool pklimit_memory_decide(const PklimitRequest *requests,
+								  PklimitAnswer *answers, int n);
+extern void pklimit_memory_attach(void);
+extern void pklimit_memory_close(void);
+extern void pklimit_memory_detach(void);
+extern void pklimit_memory_flushed_through(TimestampTz through);
+extern uint32 pklimit_memory_generation(void);
+extern void pklimit_memory_drop_extension(void);
+extern int	pklimit_memory_read_in(const char *stored_key, Oid nspid,
+								   Oid relid, uint32 generation,
+								   const PklimitRow *row);
+extern int	pklimit_memory_collect(PklimitMemoryCopy **copies, Oid relid,
+								   const PklimitRequest *requests, int n);
+extern void pklimit_memory_written(const PklimitMemoryCopy *copies, int n);
+extern void pklimit_memory_leave(const PklimitMemoryCopy *copies, int n,
+								 bool stay);
+extern bool pklimit_memory_held(void);
+extern int	pklimit_memory_shed(void);
+extern void pklimit_memory_forget_database(Oid dboid);
+extern void pklimit_memory_database_stats(Oid dboid, int64 *held,
+										  double *lag_ms);
+
+/* flush.c: the worker's transactions that write memory to the table */
+extern int	pklimit_flush(PklimitSession *session, MemoryContext memory_context);
+extern bool pklimit_flush_due(void);
+extern long pklimit_flush_wait_ms(void);
+extern void pklimit_take_from_memory(PklimitEntry **entries, int n,
+									 PklimitSession *session,
+									 MemoryContext memory_context);
+extern void pklimit_read_rows(PklimitEntry **entries, int n,
+							  const PklimitTable *table);
+extern void pklimit_read_in(PklimitEntry **entries, int n);
 
 /* purge.c: the worker's side of the purge */
 extern Size pklimit_purge_shmem_size(void);
@@ -530,6 +624,7 @@ extern bool pklimit_grants_on_tables(Node *parsetree);
 extern void pklimit_guard_grant(void);
 extern void pklimit_guard_table(Node *parsetree);
 extern void pklimit_guard_name(Oid classId, Oid objectId);
+extern Oid	pklimit_extension_namespace(void);
 
 /* cron.c: what pklimit needs of pg_cron */
 extern void pklimit_cron_unschedule(void);

@@ -446,3 +446,59 @@ pklimit_stats(PG_FUNCTION_ARGS)
 	}
 	return (Datum) 0;
 }
+
+/* Columns of pklimit_memory_stats(). */
+#define MEMORY_STATS_COLUMNS 9
+
+/*
+ * pklimit_memory_stats(): the memory path's columns of pklimit_stats, per
+ * database entry in use (docs/memory.md): calls decided in memory, keys
+ * read in, memory calls applied durably, entries given back, flushes and
+ * the rows they wrote, the entries held now and the flush lag (NULL while
+ * memory is closed or unused).
+ */
+PG_FUNCTION_INFO_V1(pklimit_memory_stats);
+Datum
+pklimit_memory_stats(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			dboids[STATS_DATABASES + 1];
+	uint64		counters[STATS_DATABASES + 1][PKLIMIT_STAT_COUNT];
+	int			n = 0;
+
+	pklimit_check_preloaded();
+	InitMaterializedSRF(fcinfo, 0);
+	LWLockAcquire(pklimit_lock, LW_SHARED);
+	for (int i = 0; i <= STATS_DATABASES; i++)
+	{
+		StatsEntryData *e = &entries[i].d;
+
+		if (!e->in_use)
+			continue;
+		dboids[n] = e->dboid;
+		for (int c = PKLIMIT_STAT_MEMORY_CALLS; c < PKLIMIT_STAT_COUNT; c++)
+			counters[n][c] = pg_atomic_read_u64(&e->counters[c]);
+		n++;
+	}
+	LWLockRelease(pklimit_lock);
+
+	for (int r = 0; r < n; r++)
+	{
+		Datum		values[MEMORY_STATS_COLUMNS];
+		bool		nulls[MEMORY_STATS_COLUMNS] = {0};
+		int64		held;
+		double		lag_ms;
+		int			i = 0;
+
+		pklimit_memory_database_stats(dboids[r], &held, &lag_ms);
+		values[i++] = ObjectIdGetDatum(dboids[r]);
+		for (int c = PKLIMIT_STAT_MEMORY_CALLS; c < PKLIMIT_STAT_COUNT; c++)
+			values[i++] = counter_datum(counters[r][c]);
+		values[i++] = Int64GetDatum(held);
+		nulls[i] = (lag_ms < 0);
+		values[i++] = Float8GetDatum(Max(lag_ms, 0));
+		Assert(i == MEMORY_STATS_COLUMNS);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}

@@ -24,6 +24,7 @@
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -62,6 +63,7 @@ typedef enum StatementId
 	STMT_FORGET,
 	STMT_PURGE,
 	STMT_PURGE_BY_KEY,
+	STMT_FLUSH,
 	NUM_STATEMENTS
 } StatementId;
 
@@ -186,6 +188,29 @@ typedef enum StatementId
 	" AND " end_l " OPERATOR(pg_catalog.<) $1" \
 	" RETURNING " end_l " AS ends)" \
 	" SELECT pg_catalog.count(*), pg_catalog.max(d.ends) FROM d"
+/*
+ * The memory path's flush (flush.c): the states of many keys written whole,
+ * as one statement over arrays, on the table of 0.3.0 only.  The memory
+ * path never runs on a Citus table, so this is the one statement that
+ * touches many keys but the purge.
+ */
+#define FLUSH_SQL \
+	"INSERT INTO %s.platformkit_limits AS l" \
+	" (key, window_start, window_end, count, updated_at, blocked_until," \
+	"  algorithm, max_count, previous_count, expires_at)" \
+	" SELECT * FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)," \
+	"  pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5)," \
+	"  pg_catalog.unnest($6), pg_catalog.unnest($7), pg_catalog.unnest($8)," \
+	"  pg_catalog.unnest($9), pg_catalog.unnest($10))" \
+	" ON CONFLICT (key) DO UPDATE SET window_start = EXCLUDED.window_start," \
+	" window_end = EXCLUDED.window_end, count = EXCLUDED.count," \
+	" updated_at = EXCLUDED.updated_at, blocked_until = EXCLUDED.blocked_until," \
+	" algorithm = EXCLUDED.algorithm, max_count = EXCLUDED.max_count," \
+	" previous_count = EXCLUDED.previous_count, expires_at = EXCLUDED.expires_at"
+#define FLUSH_ARGS {TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID, \
+	TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, \
+	TIMESTAMPTZARRAYOID}
+
 #define PURGE_ARGS {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}
 
 #define ROW_ARGS {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
@@ -231,6 +256,7 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 		[STMT_PURGE] = {PURGE_SQL(ROW_END_3_E, ROW_END_3_L), 3, PURGE_ARGS, false},
 		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL(ROW_END_3_E, ROW_END_3_L), 3,
 		PURGE_ARGS, false},
+		[STMT_FLUSH] = {FLUSH_SQL, 10, FLUSH_ARGS, false},
 	},
 };
 
@@ -465,6 +491,77 @@ pklimit_store_write(const PklimitTable *table, const char *stored_key,
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("pklimit key row was created by another transaction meanwhile")));
+}
+
+/* An array of n values of type, with their nulls, as a Datum. */
+static Datum
+array_datum(Datum *values, bool *nulls, int n, Oid type)
+{
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
+	return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lbs, type,
+											  typlen, typbyval, typalign));
+}
+
+/*
+ * Write the n rows (each with a state) of keys whole, as they are in memory,
+ * in one statement (the memory path's flush).
+ */
+void
+pklimit_store_flush(const PklimitTable *table, const char *const *keys,
+					const PklimitRow *rows, int n)
+{
+	static const Oid types[10] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID,
+	TIMESTAMPTZOID};
+	Datum	   *columns[10];
+	bool	   *column_nulls[10];
+	Datum		values[10];
+	int			rc;
+
+	if (table->version < 3)
+		elog(ERROR, "pklimit: a flush on the table of version %d",
+			 table->version);
+	for (int c = 0; c < 10; c++)
+	{
+		columns[c] = palloc(sizeof(Datum) * n);
+		column_nulls[c] = palloc0(sizeof(bool) * n);
+	}
+	for (int i = 0; i < n; i++)
+	{
+		const PklimitRow *row = &rows[i];
+
+		columns[0][i] = CStringGetTextDatum(keys[i]);
+		columns[1][i] = TimestampTzGetDatum(row->window_start);
+		columns[2][i] = TimestampTzGetDatum(row->window_end);
+		columns[3][i] = Int64GetDatum(row->count);
+		columns[4][i] = TimestampTzGetDatum(row->updated_at);
+		columns[5][i] = TimestampTzGetDatum(row->blocked_until);
+		columns[6][i] = CStringGetTextDatum(pklimit_algorithm_name(row->algorithm));
+		columns[7][i] = Int64GetDatum(row->max_count);
+		columns[8][i] = Int64GetDatum(row->previous_count);
+		columns[9][i] = TimestampTzGetDatum(row->expires_at);
+		column_nulls[5][i] = (row->blocked_until == 0);
+		column_nulls[7][i] = row->no_max_count;
+		column_nulls[8][i] = column_nulls[9][i] =
+			(row->algorithm != PKLIMIT_SLIDING);
+	}
+	for (int c = 0; c < 10; c++)
+		values[c] = array_datum(columns[c], column_nulls[c], n, types[c]);
+	rc = run(table, STMT_FLUSH, values, NULL);
+	if (rc != SPI_OK_INSERT || SPI_processed != (uint64) n)
+		elog(ERROR, "pklimit: a flush of %d rows returned %d, %llu rows", n,
+			 rc, (unsigned long long) SPI_processed);
+	for (int c = 0; c < 10; c++)
+	{
+		pfree(columns[c]);
+		pfree(column_nulls[c]);
+	}
 }
 
 /* Delete the row of stored_key; false if there was none. */

@@ -38,32 +38,6 @@ answer_applied(PklimitEntry *e, const PklimitResult *result)
 	e->answer.result = *result;
 }
 
-/* The result of a call decided on a key's row. */
-static void
-decided(const PklimitDecision *decision, TimestampTz now,
-		PklimitResult *result)
-{
-	result->found = true;
-	result->allowed = decision->allowed;
-	result->count = decision->count;
-	result->event_at = now;
-	result->reset_at = decision->reset_at;
-	result->retry_at = decision->retry_at;
-}
-
-/* Would writing row b change row a?  (Fields only: padding may differ.) */
-static bool
-rows_differ(const PklimitRow *a, const PklimitRow *b)
-{
-	return a->exists != b->exists || a->count != b->count ||
-		a->window_start != b->window_start || a->window_end != b->window_end ||
-		a->updated_at != b->updated_at || a->blocked_until != b->blocked_until ||
-		a->algorithm != b->algorithm || a->max_count != b->max_count ||
-		a->no_max_count != b->no_max_count ||
-		a->previous_count != b->previous_count ||
-		a->expires_at != b->expires_at;
-}
-
 /*
  * Calls on one key (of no group) decided in C, in order, each on the row the
  * calls before it left, from *row, and each recorded as its own decision
@@ -75,19 +49,10 @@ decide_in_order(PklimitEntry **members, int m, PklimitRow *row,
 {
 	for (int k = 0; k < m; k++)
 	{
-		const PklimitCall *call = &members[k]->request.call;
-		PklimitDecision decision;
-		PklimitRow	after;
-		bool		record;
-		PklimitResult result = {0};
+		PklimitResult result;
 
-		pklimit_decide(row, call, now, &decision);
-		record = pklimit_records(call, decision.allowed);
-		result.recorded = pklimit_apply_decision(row, call, now, record,
-												 &decision, &after);
-		decided(&decision, now, &result);
+		pklimit_decide_call(row, &members[k]->request.call, now, &result);
 		answer_applied(members[k], &result);
-		*row = after;
 	}
 }
 
@@ -127,7 +92,7 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 	}
 	counted = pklimit_fold_start(&row, events, now, &before);
 	decide_in_order(members, m, &before, now);
-	if (!counted && rows_differ(&row, &before))
+	if (!counted && pklimit_rows_differ(&row, &before))
 		pklimit_store_write(table, head->key, &before, true);
 	return true;
 }
@@ -152,9 +117,9 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table,
 			 const PklimitRequest *volatile *running)
 {
 	PklimitRow	before[PKLIMIT_GROUP_MAX];
-	PklimitRow	after;
-	PklimitDecision decision[PKLIMIT_GROUP_MAX];
-	bool		all_allowed = true;
+	PklimitRow	rows[PKLIMIT_GROUP_MAX];
+	PklimitCall calls[PKLIMIT_GROUP_MAX];
+	PklimitResult results[PKLIMIT_GROUP_MAX];
 	TimestampTz now;
 
 	if (members[0]->request.group == 0)
@@ -166,7 +131,7 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table,
 		now = GetCurrentTimestamp();
 		row = before[0];
 		decide_in_order(members, m, &row, now);
-		if (rows_differ(&before[0], &row))
+		if (pklimit_rows_differ(&before[0], &row))
 			pklimit_store_write(table, members[0]->request.key, &row,
 								before[0].exists);
 		return;
@@ -182,30 +147,20 @@ apply_limits(PklimitEntry **members, int m, const PklimitTable *table,
 		*running = &members[k]->request;
 		(void) pklimit_store_read(table, members[k]->request.key, true,
 								  &before[k]);
+		rows[k] = before[k];
+		calls[k] = members[k]->request.call;
 	}
 	now = GetCurrentTimestamp();
+	pklimit_decide_group(rows, calls, m, now, results);
 	for (int k = 0; k < m; k++)
 	{
-		pklimit_decide(&before[k], &members[k]->request.call, now,
-					   &decision[k]);
-		all_allowed &= decision[k].allowed;
-	}
-	for (int k = 0; k < m; k++)
-	{
-		const PklimitCall *call = &members[k]->request.call;
-		bool		record = pklimit_records(call, all_allowed);
-		PklimitResult result = {0};
-
-		result.recorded = pklimit_apply_decision(&before[k], call, now, record,
-												 &decision[k], &after);
-		if (rows_differ(&before[k], &after))
+		if (pklimit_rows_differ(&before[k], &rows[k]))
 		{
 			*running = &members[k]->request;
-			pklimit_store_write(table, members[k]->request.key, &after,
+			pklimit_store_write(table, members[k]->request.key, &rows[k],
 								before[k].exists);
 		}
-		decided(&decision[k], now, &result);
-		answer_applied(members[k], &result);
+		answer_applied(members[k], &results[k]);
 	}
 }
 
@@ -229,12 +184,9 @@ apply_peeks(PklimitEntry **members, int m, const PklimitTable *table,
 	now = GetCurrentTimestamp();
 	for (int k = 0; k < m; k++)
 	{
-		PklimitDecision decision;
-		PklimitResult result = {0};
+		PklimitResult result;
 
-		pklimit_decide(&rows[k], &members[k]->request.call, now, &decision);
-		decided(&decision, now, &result);
-		result.found = rows[k].exists;
+		pklimit_decide_peek(&rows[k], &members[k]->request.call, now, &result);
 		answer_applied(members[k], &result);
 	}
 }
@@ -260,17 +212,15 @@ static void
 apply_decrement(PklimitEntry *e, const PklimitTable *table)
 {
 	PklimitRow	before;
-	PklimitRow	after;
-	PklimitResult result = {0};
-	TimestampTz now;
+	PklimitRow	row;
+	PklimitResult result;
 
 	(void) pklimit_store_read(table, e->request.key, true, &before);
-	now = GetCurrentTimestamp();
-	result.found = pklimit_take_back(&before, e->request.call.cost, now,
-									 &after, &result.count);
-	if (rows_differ(&before, &after))
-		pklimit_store_write(table, e->request.key, &after, true);
-	result.event_at = now;
+	row = before;
+	pklimit_decide_decrement(&row, e->request.call.cost, GetCurrentTimestamp(),
+							 &result);
+	if (pklimit_rows_differ(&before, &row))
+		pklimit_store_write(table, e->request.key, &row, true);
 	answer_applied(e, &result);
 }
 

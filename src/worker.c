@@ -16,6 +16,8 @@
  *	gather		take the queued requests (a purge goes to purge.c)
  *	set aside	new writes on a key whose requests are set aside join them,
  *				untried: they would only wait for the same locked row
+ *	memory		new requests whose keys are in memory are decided there, or
+ *				their keys written and taken out of memory first (flush.c)
  *	apply		apply the new requests in one transaction; those on a row
  *				locked by another transaction are set aside
  *	answer		send the new requests' answers at once
@@ -23,7 +25,12 @@
  *				while their callers' budget lasts
  *	keep		answer what is done, keep what is still set aside (at most
  *				half a batch) in front for the next round
- *	wait		for new requests, a retry or a purge step
+ *	wait		for new requests, a retry, a purge step or a flush
+ *
+ * Between rounds, every pklimit.flush_interval, the worker writes the keys
+ * its database holds in memory to the table (flush.c), and before each
+ * purge step too; and when it exits for any reason but a crash, it closes
+ * its database's memory and writes them a last time (final_flush).
  *
  * The worker starts a batch at once, without waiting for more requests:
  * those arriving during its commit flush make up the next batch, which
@@ -33,6 +40,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -189,6 +197,23 @@ join_set_aside(Batch *b)
 			}
 		}
 	}
+}
+
+/*
+ * The new entries whose keys are in memory: decided there, or their keys
+ * taken out of memory before they are applied (flush.c).
+ */
+static void
+take_from_memory(Batch *b)
+{
+	PklimitEntry *list[PKLIMIT_BATCH_MAX];
+	int			n = 0;
+
+	for (int i = b->nold; i < b->n; i++)
+		if (b->entries[i].state == ENTRY_NEW)
+			list[n++] = &b->entries[i];
+	if (n > 0)
+		pklimit_take_from_memory(list, n, &session, b->context);
 }
 
 /* Apply the entries of the batch in state, from first on. */
@@ -379,11 +404,49 @@ wait_for_work(const Batch *b, TimestampTz last_work)
 			proc_exit(0);
 		wait_ms = 1000;
 	}
+	if (pklimit_flush_wait_ms() >= 0 &&
+		(wait_ms < 0 || pklimit_flush_wait_ms() < wait_ms))
+		wait_ms = pklimit_flush_wait_ms();	/* the next flush */
 	(void) WaitLatch(MyLatch,
 					 WL_LATCH_SET | (wait_ms >= 0 ? WL_TIMEOUT : 0) |
 					 WL_EXIT_ON_PM_DEATH,
 					 wait_ms, pklimit_wait_event(wait));
 	ResetLatch(MyLatch);
+}
+
+/*
+ * On any exit but a crash (a termination, a shutdown, idleness, an error):
+ * the database's memory is closed, so no memory call is acknowledged after
+ * this, and what it holds is written a last time, committed locally (a
+ * synchronous standby that is gone must not hold up the exit), before the
+ * worker leaves the registry (detach runs after this), so that no successor
+ * flushes beside it.  As PostgreSQL removes a session's temporary tables,
+ * in a transaction of its own, with interrupts held.
+ */
+static void
+final_flush(int code, Datum arg)
+{
+	MemoryContext context = AllocSetContextCreate(TopMemoryContext,
+												  "pklimit final flush",
+												  ALLOCSET_DEFAULT_SIZES);
+
+	pklimit_memory_close();
+	AbortOutOfAnyTransaction();
+	SetConfigOption("synchronous_commit", "local", PGC_SUSET, PGC_S_OVERRIDE);
+	MemoryContextSwitchTo(context);
+	PG_TRY();
+	{
+		(void) pklimit_flush(&session, context);
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(TopMemoryContext);
+	pklimit_memory_detach();
 }
 
 /*
@@ -448,6 +511,8 @@ pklimit_worker_main(Datum main_arg)
 	pgstat_report_appname("pklimit worker");
 	set_up_session();
 	pklimit_stats_add(PKLIMIT_STAT_WORKER_STARTS, 1);
+	pklimit_memory_attach();
+	before_shmem_exit(final_flush, (Datum) 0);
 
 	batch = MemoryContextAllocZero(TopMemoryContext, sizeof(Batch));
 	batch->capacity = Min(PKLIMIT_BATCH_MAX, pklimit_queue_share());
@@ -464,6 +529,7 @@ pklimit_worker_main(Datum main_arg)
 		{
 			MemoryContextSwitchTo(batch->context);
 			join_set_aside(batch);
+			take_from_memory(batch);
 			apply(batch, batch->nold, ENTRY_NEW, PKLIMIT_BATCH_LOCK_MS);
 			send_answers(batch, batch->nold);
 			retry(batch);
@@ -471,6 +537,14 @@ pklimit_worker_main(Datum main_arg)
 			MemoryContextSwitchTo(TopMemoryContext);
 			MemoryContextReset(batch->context);
 			last_work = GetCurrentTimestamp();
+		}
+		if (pklimit_flush_due() || pklimit_purge_due())
+		{
+			MemoryContextSwitchTo(batch->context);
+			if (pklimit_flush(&session, batch->context) > 0)
+				last_work = GetCurrentTimestamp();
+			MemoryContextSwitchTo(TopMemoryContext);
+			MemoryContextReset(batch->context);
 		}
 		if (pklimit_purge_due())
 		{

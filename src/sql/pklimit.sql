@@ -65,7 +65,7 @@ BEGIN
 				'pklimit_allow_all', 'pklimit_stats', 'pklimit_stats_reset',
 				'pklimit_purge_job_error', 'platformkit_limits_pkey',
 --- 0.2.0--0.3.0 ---
-				'pklimit_decrement',
+				'pklimit_decrement', 'pklimit_memory_stats',
 --- 0.2.0 0.1.0--0.2.0 0.2.0--0.3.0 ---
 				'platformkit_limits_purge_idx']::pg_catalog.name[]),
 	members AS (
@@ -1009,18 +1009,20 @@ DROP FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.int8[]
 CREATE FUNCTION @extschema@.pklimit_allow(key pg_catalog.text,
 	max_count pg_catalog.int8, "window" pg_catalog.interval,
 	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
-	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed')
+	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed',
+	durable pg_catalog.bool DEFAULT true)
 RETURNS pg_catalog.bool
 AS 'MODULE_PATHNAME', 'pklimit_allow_0_3'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.pklimit_allow(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text) IS
-'Records cost events (default 1) for key; true if the key is not blocked and its limit of max_count per window allows them, as algorithm counts: fixed (default), gcra or sliding. record_refused => false: a refused call records nothing. block: a refusal blocks the key that long.';
+COMMENT ON FUNCTION @extschema@.pklimit_allow(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool) IS
+'Records cost events (default 1) for key; true if the key is not blocked and its limit of max_count per window allows them, as algorithm counts: fixed (default), gcra or sliding. record_refused => false: a refused call records nothing. block: a refusal blocks the key that long. durable => false: decided in shared memory and written to the table within pklimit.flush_interval (a crash may lose the last of them).';
 
 CREATE FUNCTION @extschema@.pklimit_check(key pg_catalog.text,
 	max_count pg_catalog.int8, "window" pg_catalog.interval,
 	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
 	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed',
+	durable pg_catalog.bool DEFAULT true,
 	OUT allowed pg_catalog.bool, OUT count pg_catalog.int8,
 	OUT remaining pg_catalog.int8, OUT reset_at pg_catalog.timestamptz,
 	OUT retry_after pg_catalog.interval, OUT status pg_catalog.text)
@@ -1028,13 +1030,14 @@ RETURNS record
 AS 'MODULE_PATHNAME', 'pklimit_check_0_3'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.pklimit_check(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text) IS
+COMMENT ON FUNCTION @extschema@.pklimit_check(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool) IS
 'The same call as pklimit_allow, returning allowed, count, remaining, reset_at, retry_after and status for RateLimit and Retry-After headers.';
 
 CREATE FUNCTION @extschema@.pklimit_check_all(keys pg_catalog.text[],
 	max_counts pg_catalog.int8[], windows pg_catalog.interval[],
 	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
 	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed',
+	durable pg_catalog.bool DEFAULT true,
 	OUT key pg_catalog.text, OUT allowed pg_catalog.bool, OUT count pg_catalog.int8,
 	OUT remaining pg_catalog.int8, OUT reset_at pg_catalog.timestamptz,
 	OUT retry_after pg_catalog.interval, OUT status pg_catalog.text)
@@ -1042,30 +1045,59 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pklimit_check_all_0_3'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.pklimit_check_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text) IS
+COMMENT ON FUNCTION @extschema@.pklimit_check_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool) IS
 'Several limits in one call, recorded together in one transaction or not at all, every key by the one algorithm: one row per key, in the order of the arrays, with the columns of pklimit_check. record_refused => false: nothing is recorded unless every limit allows.';
 
 CREATE FUNCTION @extschema@.pklimit_allow_all(keys pg_catalog.text[],
 	max_counts pg_catalog.int8[], windows pg_catalog.interval[],
 	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
-	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed')
+	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed',
+	durable pg_catalog.bool DEFAULT true)
 RETURNS pg_catalog.bool
 AS 'MODULE_PATHNAME', 'pklimit_allow_all_0_3'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text) IS
+COMMENT ON FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool) IS
 'Several limits in one call, as pklimit_check_all: true iff every limit allows.';
 
 -- 0.3.0: events taken back, for a middleware's decrement (docs/algorithms.md,
 -- "Taking events back"); its privileges are pklimit_forget's (below).
 CREATE FUNCTION @extschema@.pklimit_decrement(key pg_catalog.text,
-	cost pg_catalog.int8 DEFAULT 1)
+	cost pg_catalog.int8 DEFAULT 1, durable pg_catalog.bool DEFAULT true)
 RETURNS pg_catalog.int8
 AS 'MODULE_PATHNAME', 'pklimit_decrement'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.pklimit_decrement(pg_catalog.text, pg_catalog.int8) IS
-'Takes up to cost (default 1) events back from key''s open state, never below zero, in its own transaction: a fixed window''s count, a sliding window''s current then previous count, a GCRA bucket''s level (never below empty); creates no row, changes nothing once the state has closed, and leaves a block in place. Returns the count after, as pklimit_count reads it (0 if no state is open).';
+COMMENT ON FUNCTION @extschema@.pklimit_decrement(pg_catalog.text, pg_catalog.int8, pg_catalog.bool) IS
+'Takes up to cost (default 1) events back from key''s open state, never below zero, in its own transaction: a fixed window''s count, a sliding window''s current then previous count, a GCRA bucket''s level (never below empty); creates no row, changes nothing once the state has closed, and leaves a block in place. Returns the count after, as pklimit_count reads it (0 if no state is open). durable => false: taken back in memory, as the memory path records.';
+
+-- 0.3.0: the memory path's statistics (docs/memory.md), as columns added
+-- at the end of pklimit_stats.  The view is replaced in place, as only a
+-- member of the extension can be (a planted one is refused above), which
+-- keeps the grants a DBA gave on it and the objects that depend on it.
+CREATE FUNCTION @extschema@.pklimit_memory_stats(
+	OUT dbid pg_catalog.oid, OUT memory_calls pg_catalog.int8,
+	OUT memory_reads pg_catalog.int8, OUT memory_fallbacks pg_catalog.int8,
+	OUT memory_evictions pg_catalog.int8, OUT flushes pg_catalog.int8,
+	OUT rows_flushed pg_catalog.int8, OUT memory_keys pg_catalog.int8,
+	OUT flush_lag_ms pg_catalog.float8)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pklimit_memory_stats'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_memory_stats() IS
+'Per database, the memory path''s part of pklimit_stats: calls decided in memory, keys read into memory, memory calls applied durably instead (fallbacks), entries given back, flushes and the rows they wrote, the keys held in memory now, and the flush lag in milliseconds (NULL while memory is closed or unused).';
+
+CREATE OR REPLACE VIEW @extschema@.pklimit_stats AS
+	SELECT s.*, m.memory_calls, m.memory_reads, m.memory_fallbacks,
+		   m.memory_evictions, m.flushes, m.rows_flushed, m.memory_keys,
+		   m.flush_lag_ms
+	  FROM @extschema@.pklimit_stats() s
+	  LEFT JOIN @extschema@.pklimit_memory_stats() m
+		ON m.dbid OPERATOR(pg_catalog.=) s.dbid;
+
+COMMENT ON VIEW @extschema@.pklimit_stats IS
+'What pklimit did in each database since the server started or the last reset (see pklimit_stats() and pklimit_memory_stats()); dbid 0, with datname NULL, counts together the databases beyond the first 63 (until the server restarts).';
 
 -- Each replaced function's owner and privileges go to its successor, the
 -- privileges as the grants of a user (which pg_dump dumps) made by the
@@ -1073,7 +1105,8 @@ COMMENT ON FUNCTION @extschema@.pklimit_decrement(pg_catalog.text, pg_catalog.in
 -- one gives way to them.  pklimit_decrement, new, gets pklimit_forget's
 -- privileges, as another way to lower a count: a database that took
 -- forgetting away from PUBLIC (or whose default privileges did at install)
--- does not get decrementing.
+-- does not get decrementing.  pklimit_memory_stats, new, gets
+-- pklimit_stats()'s, which a reader of the view needs as well.
 DO $privileges$
 DECLARE
 	f record;
@@ -1087,7 +1120,7 @@ BEGIN
 		 WHERE p.pronamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
 		   AND p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['pklimit_allow', 'pklimit_check',
 				'pklimit_check_all', 'pklimit_allow_all']::pg_catalog.name[])
-		   AND p.pronargs OPERATOR(pg_catalog.=) 7
+		   AND p.pronargs OPERATOR(pg_catalog.=) 8
 		   AND p.proowner OPERATOR(pg_catalog.<>) pg_catalog.current_setting('pklimit_update.owner_'
 				OPERATOR(pg_catalog.||) p.proname)::pg_catalog.regrole
 	LOOP
@@ -1096,19 +1129,25 @@ BEGIN
 	FOR f IN
 		SELECT p.oid, p.oid::pg_catalog.regprocedure::pg_catalog.text AS signature,
 			   p.proowner, p.proacl,
-			   CASE WHEN p.proname OPERATOR(pg_catalog.<>) 'pklimit_decrement' THEN
-				   NULLIF(pg_catalog.current_setting('pklimit_update.acl_' OPERATOR(pg_catalog.||)
+			   CASE p.proname
+			   WHEN 'pklimit_decrement' THEN
+				   (SELECT q.proacl FROM pg_catalog.pg_proc q
+					 WHERE q.oid OPERATOR(pg_catalog.=)
+						   '@extschema@.pklimit_forget(pg_catalog.text)'::pg_catalog.regprocedure)
+			   WHEN 'pklimit_memory_stats' THEN
+				   (SELECT q.proacl FROM pg_catalog.pg_proc q
+					 WHERE q.oid OPERATOR(pg_catalog.=)
+						   '@extschema@.pklimit_stats()'::pg_catalog.regprocedure)
+			   ELSE NULLIF(pg_catalog.current_setting('pklimit_update.acl_' OPERATOR(pg_catalog.||)
 						p.proname), '')::pg_catalog.aclitem[]
-			   ELSE (SELECT q.proacl FROM pg_catalog.pg_proc q
-					  WHERE q.oid OPERATOR(pg_catalog.=)
-							'@extschema@.pklimit_forget(pg_catalog.text)'::pg_catalog.regprocedure)
 			   END AS saved
 		  FROM pg_catalog.pg_proc p
 		 WHERE p.pronamespace OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
 		   AND (p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['pklimit_allow', 'pklimit_check',
 					'pklimit_check_all', 'pklimit_allow_all']::pg_catalog.name[])
-				AND p.pronargs OPERATOR(pg_catalog.=) 7
-				OR p.proname OPERATOR(pg_catalog.=) 'pklimit_decrement')
+				AND p.pronargs OPERATOR(pg_catalog.=) 8
+				OR p.proname OPERATOR(pg_catalog.=) ANY (ARRAY['pklimit_decrement',
+					'pklimit_memory_stats']::pg_catalog.name[]))
 	LOOP
 		IF f.saved IS NULL AND f.proacl IS NULL THEN
 			CONTINUE;			-- the defaults, before and after

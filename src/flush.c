@@ -1,0 +1,332 @@
+/*-------------------------------------------------------------------------
+ *
+ * flush.c
+ *		The worker's side of the memory path (docs/memory.md): the flush that
+ *		writes its database's changed entries to platformkit_limits every
+ *		pklimit.flush_interval and when it exits; the requests of a batch
+ *		whose keys are in memory, decided there or taken out of it before a
+ *		durable call is applied; and the keys memory calls read in once the
+ *		worker has applied them.  The entries are memory.c's, the
+ *		statements store.c's, the transactions xact.c's.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "pklimit.h"
+
+/* Rows one statement of a flush writes. */
+#define FLUSH_ROWS 1000
+
+/* When the last flush started; 0: none yet, so one is due. */
+static TimestampTz last_flush = 0;
+
+/* The table and generation the rows read this transaction are of. */
+static Oid	read_relid = InvalidOid;
+static uint32 read_generation = 0;
+
+bool
+pklimit_flush_due(void)
+{
+	return pklimit_memory_keys > 0 &&
+		GetCurrentTimestamp() - last_flush >=
+		(int64) pklimit_flush_interval * 1000;
+}
+
+/* Milliseconds until the next flush is due; -1: never (no memory path). */
+long
+pklimit_flush_wait_ms(void)
+{
+	int64		left;
+
+	if (pklimit_memory_keys == 0)
+		return -1;
+	left = (int64) pklimit_flush_interval * 1000 -
+		(GetCurrentTimestamp() - last_flush);
+	return (long) Max(left / 1000, 0);
+}
+
+/* Write the copies to be written, FLUSH_ROWS a statement; returns how many. */
+static int
+write_copies(const PklimitTable *table, const PklimitMemoryCopy *copies, int n)
+{
+	const char **keys = palloc(sizeof(char *) * FLUSH_ROWS);
+	PklimitRow *rows = palloc(sizeof(PklimitRow) * FLUSH_ROWS);
+	int			written = 0;
+	int			m = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!copies[i].write)
+			continue;
+		keys[m] = copies[i].key;
+		rows[m++] = copies[i].row;
+		if (m == FLUSH_ROWS)
+		{
+			pklimit_store_flush(table, keys, rows, m);
+			written += m;
+			m = 0;
+		}
+	}
+	if (m > 0)
+	{
+		pklimit_store_flush(table, keys, rows, m);
+		written += m;
+	}
+	pfree(keys);
+	pfree(rows);
+	return written;
+}
+
+/*
+ * One transaction that writes this database's entries: every changed one,
+ * or (with requests) those of the n requests' keys, which leave memory
+ * after its commit.  Returns false, with *error saying why, if it did not
+ * commit; entries of a table that is not pklimit's now are discarded.
+ */
+static bool
+flush_transaction(PklimitSession *session, MemoryContext memory_context,
+				  const PklimitRequest *requests, int n, ErrorData **error,
+				  int *nwritten)
+{
+	PklimitMemoryCopy *volatile copies = NULL;
+	volatile int ncopies = 0;
+	volatile int written = 0;
+	volatile bool committed = false;
+
+	*error = NULL;
+	pklimit_set_lock_wait(session, PKLIMIT_BATCH_LOCK_MS);
+	PG_TRY();
+	{
+		PklimitTable table = {0};
+		Oid			nspid;
+
+		pklimit_begin_transaction("pklimit: writing keys in memory to the table");
+		nspid = pklimit_extension_namespace();
+		if (OidIsValid(nspid))
+			pklimit_table_open(nspid, session->on_citus, &table);
+		{
+			MemoryContext old = MemoryContextSwitchTo(memory_context);
+			PklimitMemoryCopy *c;
+
+			ncopies = pklimit_memory_collect(&c,
+											 table.version >= 3 ? table.relid :
+											 InvalidOid, requests, n);
+			copies = c;
+			MemoryContextSwitchTo(old);
+		}
+		if (ncopies > 0)
+		{
+			PklimitUser worker;
+
+			pklimit_remember_user(&worker);
+			pklimit_become_owner(&worker, table.owner);
+			written = write_copies(&table, copies, ncopies);
+			pklimit_restore_user(&worker);
+		}
+		(void) pklimit_commit_transaction();
+		committed = true;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata = pklimit_abort_transaction(memory_context);
+
+		*error = edata;
+		ereport(LOG,
+				(errmsg("pklimit worker could not write keys in memory to the table: %s",
+						edata->message)));
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(memory_context);
+	pklimit_report_idle();
+
+	if (requests != NULL)
+		pklimit_memory_leave(copies, ncopies, !committed);
+	else if (committed)
+		pklimit_memory_written(copies, ncopies);
+	*nwritten = committed ? written : 0;
+	if (committed && written > 0)
+	{
+		pklimit_stats_add(PKLIMIT_STAT_FLUSHES, 1);
+		pklimit_stats_add(PKLIMIT_STAT_ROWS_FLUSHED, written);
+	}
+	return committed;
+}
+
+/*
+ * The flush: every changed entry of this database written in one
+ * transaction.  Once it committed, every change made before it started is
+ * in the table, which opens memory for calls again (unless it is closing:
+ * the worker exits).  Returns the rows written, or -1 if it did not commit.
+ */
+int
+pklimit_flush(PklimitSession *session, MemoryContext memory_context)
+{
+	TimestampTz started = GetCurrentTimestamp();
+	bool		closing = proc_exit_inprogress; /* final_flush (worker.c) */
+	ErrorData  *error;
+	int			written = 0;
+	int			shed;
+
+	last_flush = started;
+	if (pklimit_memory_keys == 0)
+		return 0;
+	if (pklimit_memory_held() &&
+		!flush_transaction(session, memory_context, NULL, 0, &error,
+						   &written))
+		return -1;
+	if (!closing)
+		pklimit_memory_flushed_through(started);
+	if ((shed = pklimit_memory_shed()) > 0)
+		pklimit_stats_add(PKLIMIT_STAT_MEMORY_EVICTIONS, shed);
+	return written;
+}
+
+/*
+ * Before the n new entries of a batch are applied: those whose keys are all
+ * in memory are decided there if they are memory calls or only read (and
+ * answered); the keys in memory of the durable writes (and of memory calls
+ * that cannot be decided there now) are written and taken out of memory
+ * first, so that they are applied to rows that hold every event.  If that
+ * fails, their requests are answered with why.
+ */
+void
+pklimit_take_from_memory(PklimitEntry **entries, int n,
+						 PklimitSession *session, MemoryContext memory_context)
+{
+	PklimitRequest *leaving = palloc(sizeof(PklimitRequest) * Max(n, 1));
+	PklimitEntry **leaving_entries = palloc(sizeof(PklimitEntry *) * Max(n, 1));
+	int			nleaving = 0;
+	ErrorData  *error;
+	int			written;
+
+	if (pklimit_memory_keys == 0)
+		return;
+	for (int first = 0, next; first < n; first = next)
+	{
+		PklimitRequest requests[PKLIMIT_GROUP_MAX];
+		PklimitAnswer answers[PKLIMIT_GROUP_MAX];
+		bool		reads = true;
+		int			m = 0;
+		PklimitMemoryOutcome outcome;
+
+#define ENTRY_GROUP(i) (entries[(i)]->request.group)
+		pklimit_foreach_in_group(k, first, n, ENTRY_GROUP)
+		{
+			if (m < PKLIMIT_GROUP_MAX)
+				requests[m] = entries[k]->request;
+			reads &= (entries[k]->request.kind == PKLIMIT_OP_COUNT ||
+					  entries[k]->request.kind == PKLIMIT_OP_PEEK);
+			m++;
+		}
+#undef ENTRY_GROUP
+		next = first + m;
+		if (m > PKLIMIT_GROUP_MAX)
+			continue;
+		outcome = pklimit_memory_find(requests, answers, m,
+									  requests[0].call.memory || reads);
+		if (outcome == PKLIMIT_MEMORY_DECIDED)
+		{
+			for (int k = 0; k < m; k++)
+			{
+				PklimitEntry *e = entries[first + k];
+
+				e->answer = answers[k];
+				e->state = ENTRY_ANSWERED;
+				if (e->request.track_stats && e->answer.result.recorded > 0)
+					pklimit_stats_add(PKLIMIT_STAT_EVENTS,
+									  e->answer.result.recorded);
+			}
+			if (requests[0].call.memory)
+				pklimit_stats_add(PKLIMIT_STAT_MEMORY_CALLS, 1);
+		}
+		else if (outcome == PKLIMIT_MEMORY_PRESENT)
+		{
+			for (int k = 0; k < m; k++)
+			{
+				leaving[nleaving] = requests[k];
+				leaving_entries[nleaving++] = entries[first + k];
+			}
+			if (requests[0].call.memory)
+				pklimit_stats_add(PKLIMIT_STAT_MEMORY_FALLBACKS, 1);
+		}
+	}
+	if (nleaving > 0 &&
+		!flush_transaction(session, memory_context, leaving, nleaving,
+						   &error, &written))
+		for (int i = 0; i < nleaving; i++)
+		{
+			PklimitEntry *e = leaving_entries[i];
+
+			pklimit_answer_unapplied(e, PKLIMIT_APPLY_ERROR);
+			pklimit_answer_error(&e->answer, error);
+		}
+}
+
+/*
+ * In the transaction that applied entries, before its commit: the rows of
+ * the memory calls' keys as it leaves them, to read in after the commit.
+ * Not on a Citus table (each node would count apart), nor on a table before
+ * 0.3.0.
+ */
+void
+pklimit_read_rows(PklimitEntry **entries, int n, const PklimitTable *table)
+{
+	bool		can = pklimit_memory_keys > 0 && table->version >= 3 &&
+	!table->citus;
+
+	read_relid = table->relid;
+	read_generation = can ? pklimit_memory_generation() : 0;
+	for (int j = 0; j < n; j++)
+	{
+		PklimitEntry *e = entries[j];
+
+		e->memory_read = false;
+		if (!can || !e->request.call.memory || e->answer.status != PKLIMIT_OK)
+			continue;
+		for (int k = 0; k < j && !e->memory_read; k++)
+			if (entries[k]->memory_read &&
+				pklimit_same_key(&entries[k]->request, &e->request))
+			{
+				e->memory_row = entries[k]->memory_row;
+				e->memory_read = true;
+			}
+		if (!e->memory_read)
+		{
+			(void) pklimit_store_read(table, e->request.key, false,
+									  &e->memory_row);
+			e->memory_read = true;
+		}
+	}
+}
+
+/*
+ * After that commit: the memory calls' keys go into memory, as committed.
+ * A memory call whose key could not be read in counts as a fallback.
+ */
+void
+pklimit_read_in(PklimitEntry **entries, int n)
+{
+	for (int j = 0; j < n; j++)
+	{
+		PklimitEntry *e = entries[j];
+		int			read;
+
+		if (!e->request.call.memory || e->answer.status != PKLIMIT_OK)
+			continue;
+		read = e->memory_read ?
+			pklimit_memory_read_in(e->request.key, e->request.nspid, read_relid,
+								   read_generation, &e->memory_row) : -1;
+		if (read > 0)
+			pklimit_stats_add(PKLIMIT_STAT_MEMORY_READS, 1);
+		else if (read < 0 && (e->request.group == 0 || j == 0 ||
+							  entries[j - 1]->request.group != e->request.group))
+			pklimit_stats_add(PKLIMIT_STAT_MEMORY_FALLBACKS, 1);
+		e->memory_read = false;
+	}
+}
