@@ -43,7 +43,8 @@ my %usages = map { $_ => 1 } qw(LABEL COUNTER GAUGE);
 my %names = (
 	pklimit => [qw(calls allowed refused unavailable failed_open timeouts queue_full no_worker
 	  lock_timeouts read_only no_table errors shadow_refused events batches worker_starts
-	  queue_depth worker_running wait_seconds max_wait_seconds)],
+	  queue_depth worker_running wait_seconds max_wait_seconds memory_calls memory_reads
+	  memory_fallbacks memory_evictions flushes rows_flushed memory_keys flush_lag_seconds)],
 	pklimit_purge => [qw(running failed overdue_seconds)]);
 my %master = (pklimit => 'true', pklimit_purge => 'false');
 my (%by_db, %metric);
