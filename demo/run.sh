@@ -239,6 +239,27 @@ echo "5. a ban longer than the window for $addr: pklimit_check('sshban:<addr>', 
 echo "   four attempts: $ban_first (the fourth starts the ban); after the window: allowed = $ban_after, count = $ban_count, retry after $ban_minutes minutes"
 echo "   the same without block: $noban_first; after the window: allowed = $noban_after, count = $noban_count"
 
+# 6. A per-request API limit, on the memory path (durable => false): two
+#    replicas make 500 requests each at once for the API key acme, under
+#    a limit of 600 an hour; exactly 600 are allowed, the count is 1000, and
+#    the row the DBA reads says 1000 once the worker has written it behind.
+for replica in A B; do
+	yes "SELECT pklimit_allow('api:acme', 600, '1 hour', durable => false);" | head -500 |
+		q -A -t >"$WORKDIR/api.$replica" &
+done
+wait
+api_allowed=$(cat "$WORKDIR"/api.A "$WORKDIR"/api.B | grep -c '^t$' || true)
+api_count=$(q -c "SELECT pklimit_count('api:acme')")
+api_row=$(q -c "DO \$\$ BEGIN
+	FOR i IN 1 .. 600 LOOP
+		EXIT WHEN EXISTS (SELECT FROM platformkit_limits WHERE key = 'g:api:acme' AND count = 1000);
+		PERFORM pg_sleep(0.05);
+	END LOOP; END \$\$;" -c "SELECT count FROM platformkit_limits WHERE key = 'g:api:acme'")
+api_memory=$(q -c "SELECT memory_calls FROM pklimit_stats WHERE datname = current_database()")
+echo
+echo "6. a per-request API limit from replicas A and B at once: pklimit_allow('api:acme', 600, '1 hour', durable => false)"
+echo "   1000 requests: $api_allowed allowed, pklimit_count = $api_count, the row written behind: count = $api_row; decided in memory: $api_memory"
+
 # ---------------------------------------------------------------- check ----
 # For every key of phases 1 and 2: allowed = min(attempts, limit) and
 # pklimit_count = attempts.  Phase 3: forget said true, alice allowed with a
@@ -261,9 +282,10 @@ if [ "$bad" -eq 0 ] && [ "$after_ok" = t ] && [ "$forgot" = t ] &&
 	[ "$dave_count" = 3 ] && [ "$dave_fourth" = false ] &&
 	[ "$ban_first" = true,true,true,false ] && [ "$ban_after" = false ] && [ "$ban_count" = 0 ] &&
 	[ "$ban_minutes" = 60 ] && [ "$noban_first" = true,true,true,false ] && [ "$noban_after" = true ] &&
-	[ "$noban_count" = 1 ] && [ "$purge_error" = none ]; then
-	echo "OK: for all $nkeys keys ($nattempts attempts from 2 concurrent replicas) allowed = min(attempts, limit) and pklimit_count = attempts; forget re-opened alice only; rolled-back attempts counted; the ban outlasted its window; pg_cron can run the purge"
+	[ "$noban_count" = 1 ] && [ "$purge_error" = none ] &&
+	[ "$api_allowed" = 600 ] && [ "$api_count" = 1000 ] && [ "$api_row" = 1000 ]; then
+	echo "OK: for all $nkeys keys ($nattempts attempts from 2 concurrent replicas) allowed = min(attempts, limit) and pklimit_count = attempts; forget re-opened alice only; rolled-back attempts counted; the ban outlasted its window; the memory path kept the API limit exact and wrote it behind; pg_cron can run the purge"
 else
-	echo "FAILED: $bad of $nkeys keys broke allowed = min(attempts, limit) or pklimit_count = attempts; forget returned $forgot; alice allowed / bob refused after forget: $after_ok; dave after 3 rolled-back attempts: count $dave_count, fourth allowed $dave_fourth; ban: $ban; purge job's connection error: $purge_error"
+	echo "FAILED: $bad of $nkeys keys broke allowed = min(attempts, limit) or pklimit_count = attempts; forget returned $forgot; alice allowed / bob refused after forget: $after_ok; dave after 3 rolled-back attempts: count $dave_count, fourth allowed $dave_fourth; ban: $ban; API limit on the memory path: $api_allowed allowed, count $api_count, row $api_row; purge job's connection error: $purge_error"
 	exit 1
 fi

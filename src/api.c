@@ -116,7 +116,7 @@ pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
 			events += answers[i].result.recorded;
 		if (pklimit_track_stats && events > 0)
 			pklimit_stats_add(PKLIMIT_STAT_EVENTS, events);
-		if (requests[0].call.memory)
+		if (requests[0].call.memory && pklimit_track_stats)
 			pklimit_stats_add(PKLIMIT_STAT_MEMORY_CALLS, 1);
 		return started;
 	}

@@ -411,10 +411,7 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 
 	MemoryContextSwitchTo(memory_context);
 	if (outcome == APPLY_COMMITTED)
-	{
 		count_recorded(entries, n);
-		pklimit_read_in(entries, n);
-	}
 	pklimit_report_idle();
 	return outcome;
 }
@@ -458,7 +455,11 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
 /*
  * Apply the n entries (all of them being tried now) and leave each answered
  * or set aside.  Entries whose caller's budget has already run out are
- * answered without being applied.  The first transaction waits for a lock
+ * answered without being applied; those whose keys are in memory are
+ * decided there, or their keys taken out of memory first, so that no row
+ * is written while its key is in memory.  The memory calls' keys are read
+ * in after the one commit that applied them (not after the one-by-one
+ * transactions of a failure, where a later one may change the row).  The first transaction waits for a lock
  * as long as lock_wait_ms, later ones PKLIMIT_RETRY_LOCK_MS, so several
  * locked rows cost one long wait.  memory_context is the batch's, where
  * errors are kept.
@@ -482,6 +483,9 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 			entries[nlive++] = entries[j];
 	}
 
+	/* keys in memory: decided there, or taken out first (flush.c) */
+	nlive = pklimit_take_from_memory(entries, nlive, session, memory_context);
+
 	pklimit_set_lock_wait(session, lock_wait_ms);
 	while (nlive > 0)
 	{
@@ -489,7 +493,11 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 												   session, memory_context);
 
 		if (outcome == APPLY_COMMITTED)
+		{
+			/* the memory calls' keys, as this one commit left them */
+			pklimit_read_in(entries, nlive);
 			break;
+		}
 		if (outcome == APPLY_UNFOLD)
 			continue;			/* again, without folding what saturated */
 		if (outcome == APPLY_CONFLICT && ++conflicts > PKLIMIT_CONFLICT_TRIES)

@@ -150,7 +150,7 @@ flush_transaction(PklimitSession *session, MemoryContext memory_context,
 	else if (committed)
 		pklimit_memory_written(copies, ncopies);
 	*nwritten = committed ? written : 0;
-	if (committed && written > 0)
+	if (committed && written > 0 && requests == NULL)
 	{
 		pklimit_stats_add(PKLIMIT_STAT_FLUSHES, 1);
 		pklimit_stats_add(PKLIMIT_STAT_ROWS_FLUSHED, written);
@@ -187,26 +187,44 @@ pklimit_flush(PklimitSession *session, MemoryContext memory_context)
 	return written;
 }
 
+/* Is one of the m requests on a key of one of the n? */
+static bool
+on_a_key_of(const PklimitRequest *requests, int m,
+			const PklimitRequest *others, int n)
+{
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++)
+			if (pklimit_same_key(&requests[i], &others[j]))
+				return true;
+	return false;
+}
+
 /*
- * Before the n new entries of a batch are applied: those whose keys are all
- * in memory are decided there if they are memory calls or only read (and
- * answered); the keys in memory of the durable writes (and of memory calls
- * that cannot be decided there now) are written and taken out of memory
- * first, so that they are applied to rows that hold every event.  If that
- * fails, their requests are answered with why.
+ * Before the n entries of a list are applied (apply.c: every list, new
+ * requests and set-aside ones tried again): a call whose keys are all in
+ * memory is decided there if it is a memory call or only reads, and
+ * answered; the keys in memory of the others are written and taken out of
+ * memory first, so that they are applied to rows that hold every event (and
+ * so is every call after them on those keys, in arrival order).  A take-out
+ * held up by a locked row sets its calls aside, as apply.c does; any other
+ * failure answers them with it.  Returns how many entries are left to
+ * apply, moved to the front.
  */
-void
+int
 pklimit_take_from_memory(PklimitEntry **entries, int n,
 						 PklimitSession *session, MemoryContext memory_context)
 {
-	PklimitRequest *leaving = palloc(sizeof(PklimitRequest) * Max(n, 1));
-	PklimitEntry **leaving_entries = palloc(sizeof(PklimitEntry *) * Max(n, 1));
+	PklimitRequest *leaving;
+	PklimitEntry **leaving_entries;
 	int			nleaving = 0;
 	ErrorData  *error;
 	int			written;
+	int			kept = 0;
 
-	if (pklimit_memory_keys == 0)
-		return;
+	if (pklimit_memory_keys == 0 || n == 0)
+		return n;
+	leaving = palloc(sizeof(PklimitRequest) * n);
+	leaving_entries = palloc(sizeof(PklimitEntry *) * n);
 	for (int first = 0, next; first < n; first = next)
 	{
 		PklimitRequest requests[PKLIMIT_GROUP_MAX];
@@ -222,14 +240,18 @@ pklimit_take_from_memory(PklimitEntry **entries, int n,
 				requests[m] = entries[k]->request;
 			reads &= (entries[k]->request.kind == PKLIMIT_OP_COUNT ||
 					  entries[k]->request.kind == PKLIMIT_OP_PEEK);
+			entries[k]->memory_fell_back = false;
 			m++;
 		}
 #undef ENTRY_GROUP
 		next = first + m;
 		if (m > PKLIMIT_GROUP_MAX)
 			continue;
-		outcome = pklimit_memory_find(requests, answers, m,
-									  requests[0].call.memory || reads);
+		if (on_a_key_of(requests, m, leaving, nleaving))
+			outcome = PKLIMIT_MEMORY_PRESENT;	/* behind a call taking it out */
+		else
+			outcome = pklimit_memory_find(requests, answers, m,
+										  requests[0].call.memory || reads);
 		if (outcome == PKLIMIT_MEMORY_DECIDED)
 		{
 			for (int k = 0; k < m; k++)
@@ -242,7 +264,7 @@ pklimit_take_from_memory(PklimitEntry **entries, int n,
 					pklimit_stats_add(PKLIMIT_STAT_EVENTS,
 									  e->answer.result.recorded);
 			}
-			if (requests[0].call.memory)
+			if (requests[0].call.memory && requests[0].track_stats)
 				pklimit_stats_add(PKLIMIT_STAT_MEMORY_CALLS, 1);
 		}
 		else if (outcome == PKLIMIT_MEMORY_PRESENT)
@@ -252,20 +274,53 @@ pklimit_take_from_memory(PklimitEntry **entries, int n,
 				leaving[nleaving] = requests[k];
 				leaving_entries[nleaving++] = entries[first + k];
 			}
-			if (requests[0].call.memory)
+			if (requests[0].call.memory && requests[0].track_stats)
+			{
 				pklimit_stats_add(PKLIMIT_STAT_MEMORY_FALLBACKS, 1);
+				entries[first]->memory_fell_back = true;
+			}
 		}
 	}
+
+	/* all in one transaction; after a failure, each call's keys alone */
 	if (nleaving > 0 &&
 		!flush_transaction(session, memory_context, leaving, nleaving,
 						   &error, &written))
-		for (int i = 0; i < nleaving; i++)
+	{
+		for (int first = 0, next; first < nleaving; first = next)
 		{
-			PklimitEntry *e = leaving_entries[i];
+			TimestampTz now;
 
-			pklimit_answer_unapplied(e, PKLIMIT_APPLY_ERROR);
-			pklimit_answer_error(&e->answer, error);
+#define LEAVING_GROUP(i) (leaving[(i)].group)
+			next = first + 1;
+			pklimit_foreach_in_group(k, first, nleaving, LEAVING_GROUP)
+				next = k + 1;
+#undef LEAVING_GROUP
+			if (flush_transaction(session, memory_context, &leaving[first],
+								  next - first, &error, &written))
+				continue;
+			now = GetCurrentTimestamp();
+			for (int k = first; k < next; k++)
+			{
+				PklimitEntry *e = leaving_entries[k];
+
+				if (error->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+					pklimit_set_aside(e, now);
+				else
+				{
+					pklimit_answer_unapplied(e, PKLIMIT_APPLY_ERROR);
+					pklimit_answer_error(&e->answer, error);
+				}
+			}
 		}
+	}
+	for (int j = 0; j < n; j++)
+		if (entries[j]->state != ENTRY_ANSWERED &&
+			entries[j]->state != ENTRY_SET_ASIDE)
+			entries[kept++] = entries[j];
+	pfree(leaving);
+	pfree(leaving_entries);
+	return kept;
 }
 
 /*
@@ -322,10 +377,13 @@ pklimit_read_in(PklimitEntry **entries, int n)
 		read = e->memory_read ?
 			pklimit_memory_read_in(e->request.key, e->request.nspid, read_relid,
 								   read_generation, &e->memory_row) : -1;
-		if (read > 0)
+		if (!e->request.track_stats)
+			;
+		else if (read > 0)
 			pklimit_stats_add(PKLIMIT_STAT_MEMORY_READS, 1);
-		else if (read < 0 && (e->request.group == 0 || j == 0 ||
-							  entries[j - 1]->request.group != e->request.group))
+		else if (read < 0 && !e->memory_fell_back &&
+				 (e->request.group == 0 || j == 0 ||
+				  entries[j - 1]->request.group != e->request.group))
 			pklimit_stats_add(PKLIMIT_STAT_MEMORY_FALLBACKS, 1);
 		e->memory_read = false;
 	}

@@ -100,16 +100,40 @@ release_database(Node *parsetree)
 		pklimit_terminate_workers(dboid);
 }
 
-/* This transaction drops pklimit: its keys in memory go at its commit. */
-static bool dropping_extension = false;
+/*
+ * The (sub)transaction of this transaction that dropped pklimit, if any:
+ * its keys in memory go when the transaction commits, and stay if that
+ * subtransaction (or one around it) rolls back.
+ */
+static SubTransactionId dropped_in = InvalidSubTransactionId;
+static bool callbacks_registered = false;
 
 static void
 drop_at_commit(XactEvent event, void *arg)
 {
-	if (event == XACT_EVENT_COMMIT && dropping_extension)
+	if (dropped_in == InvalidSubTransactionId)
+		return;
+	if (event == XACT_EVENT_PRE_PREPARE)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that drops pklimit"),
+				 errdetail("Its keys in memory must be discarded when the drop commits.")));
+	if (event == XACT_EVENT_COMMIT)
 		pklimit_memory_drop_extension();
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
-		dropping_extension = false;
+		dropped_in = InvalidSubTransactionId;
+}
+
+static void
+drop_in_subtransaction(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	if (dropped_in != mySubid)
+		return;
+	if (event == SUBXACT_EVENT_COMMIT_SUB)
+		dropped_in = parentSubid;
+	else if (event == SUBXACT_EVENT_ABORT_SUB)
+		dropped_in = InvalidSubTransactionId;
 }
 
 /*
@@ -121,8 +145,6 @@ static void
 object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId,
 			  void *arg)
 {
-	static bool callback_registered = false;
-
 	if (prev_object_access)
 		prev_object_access(access, classId, objectId, subId, arg);
 	if ((access == OAT_POST_CREATE || access == OAT_POST_ALTER) && subId == 0)
@@ -130,12 +152,14 @@ object_access(ObjectAccessType access, Oid classId, Oid objectId, int subId,
 	if (access == OAT_DROP && classId == ExtensionRelationId &&
 		objectId == get_extension_oid("pklimit", true))
 	{
-		if (!callback_registered)
+		if (!callbacks_registered)
 		{
 			RegisterXactCallback(drop_at_commit, NULL);
-			callback_registered = true;
+			RegisterSubXactCallback(drop_in_subtransaction, NULL);
+			callbacks_registered = true;
 		}
-		dropping_extension = true;
+		if (dropped_in == InvalidSubTransactionId)
+			dropped_in = GetCurrentSubTransactionId();
 	}
 }
 

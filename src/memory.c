@@ -212,6 +212,8 @@ memory_on(void)
 static int
 database_index(Oid dboid)
 {
+	if (!OidIsValid(dboid))
+		return -1;				/* unused entries have no database */
 	for (int d = 0; d < MEMORY_DATABASES; d++)
 		if (shared->databases[d].dboid == dboid)
 			return d;
@@ -249,7 +251,10 @@ release_database_if_unused(int d)
 	MemoryDatabase *db = &shared->databases[d];
 
 	if (db->held == 0 && !db->worker)
+	{
 		db->dboid = InvalidOid;
+		pg_atomic_write_u64(&db->flushed_through, 0);
+	}
 }
 
 /*
@@ -285,6 +290,26 @@ may_take(int d)
 			reserved += Max(0, quota - db->held);
 	}
 	return shared->nfree - 1 >= reserved;
+}
+
+/*
+ * Do the other served databases' unused shares need more entries than are
+ * free?  Control lock held.
+ */
+static bool
+others_short(int d)
+{
+	int			quota = memory_share();
+	int			reserved = 0;
+
+	for (int o = 0; o < MEMORY_DATABASES; o++)
+	{
+		MemoryDatabase *db = &shared->databases[o];
+
+		if (o != d && OidIsValid(db->dboid) && db->worker)
+			reserved += Max(0, quota - db->held);
+	}
+	return reserved > shared->nfree;
 }
 
 /* Is database d past its share?  Control lock held. */
@@ -654,11 +679,14 @@ remove_entry(int s)
 	release_database_if_unused(d);
 }
 
-/* An entry that may be given back: written, not on its way out. */
+/*
+ * An entry that may be given back: not on its way out, and written, or of a
+ * dropped extension (whose changes have no table to go to).
+ */
 static bool
 entry_evictable(const MemoryEntry *e)
 {
-	return e->changes == e->written && !e->leaving;
+	return !e->leaving && (e->changes == e->written || !entry_current(e));
 }
 
 typedef struct Candidate
@@ -742,9 +770,6 @@ pklimit_memory_read_in(const char *stored_key, Oid nspid, Oid relid,
 	MemoryKey	key;
 	uint32		hashcode;
 	LWLock	   *lock;
-	MemoryEntry *e;
-	int			d;
-	bool		found;
 
 	if (!memory_on())
 		return -1;
@@ -755,67 +780,62 @@ pklimit_memory_read_in(const char *stored_key, Oid nspid, Oid relid,
 	hashcode = get_hash_value(entries, &key);
 	lock = partition_lock(hashcode);
 
-	/* there already (only this worker puts its database's keys in) */
-	LWLockAcquire(lock, LW_SHARED);
-	e = hash_search_with_hash_value(entries, &key, hashcode, HASH_FIND, NULL);
-	found = (e != NULL && entry_current(e));
-	LWLockRelease(lock);
-	if (found)
-		return 0;
-
-	LWLockAcquire(shared->control_lock, LW_EXCLUSIVE);
-	d = claim_database(MyDatabaseId);
-	if (d >= 0 && e == NULL && !may_take(d))
+	for (int attempt = 0; attempt < 2; attempt++)
 	{
+		MemoryEntry *e;
+		bool		found;
+		int			d;
 		int			evicted;
 
-		LWLockRelease(shared->control_lock);
-		if ((evicted = make_room(d)) == 0)
-			return -1;
-		pklimit_stats_add(PKLIMIT_STAT_MEMORY_EVICTIONS, evicted);
 		LWLockAcquire(shared->control_lock, LW_EXCLUSIVE);
 		d = claim_database(MyDatabaseId);
-		if (d >= 0 && !may_take(d))
-			d = -1;
-	}
-	if (d < 0)
-	{
+		if (d < 0)
+		{
+			LWLockRelease(shared->control_lock);
+			return -1;
+		}
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		e = hash_search_with_hash_value(entries, &key, hashcode, HASH_FIND,
+										NULL);
+		if (e != NULL && entry_current(e))
+			found = true;		/* there already: only this worker puts its
+								 * database's keys in */
+		else if (e != NULL || may_take(d))
+		{
+			if (e == NULL)
+			{
+				/* a free slot means a free element: both number memory_keys */
+				e = hash_search_with_hash_value(entries, &key, hashcode,
+												HASH_ENTER_NULL, &found);
+				if (e == NULL)
+					elog(ERROR, "pklimit: no entry for a free memory slot");
+				e->slot = free_slots[--shared->nfree];
+				e->db = d;
+				slots[e->slot].entry = e;
+				slots[e->slot].hashcode = hashcode;
+				slots[e->slot].dboid = MyDatabaseId;
+				shared->databases[d].held++;
+			}
+			/* new, or replacing in its slot one of a dropped extension */
+			e->generation = generation;
+			e->relid = relid;
+			e->leaving = false;
+			e->row = *row;
+			e->changes = e->written = 0;
+			e->last_used = GetCurrentTimestamp();
+			found = false;
+		}
+		else
+			e = NULL;
+		LWLockRelease(lock);
 		LWLockRelease(shared->control_lock);
-		return -1;
+		if (e != NULL)
+			return found ? 0 : 1;
+		if (attempt > 0 || (evicted = make_room(d)) == 0)
+			return -1;
+		pklimit_stats_add(PKLIMIT_STAT_MEMORY_EVICTIONS, evicted);
 	}
-	LWLockAcquire(lock, LW_EXCLUSIVE);
-	e = hash_search_with_hash_value(entries, &key, hashcode, HASH_ENTER_NULL,
-									&found);
-	if (e != NULL && found)
-	{
-		/* of a dropped extension's table: replaced, in its slot */
-		e->generation = generation;
-		e->relid = relid;
-		e->leaving = false;
-		e->row = *row;
-		e->changes = e->written = 0;
-		e->last_used = GetCurrentTimestamp();
-	}
-	else if (e != NULL)
-	{
-		int			s = free_slots[--shared->nfree];
-
-		e->slot = s;
-		e->db = d;
-		e->generation = generation;
-		e->relid = relid;
-		e->leaving = false;
-		e->row = *row;
-		e->changes = e->written = 0;
-		e->last_used = GetCurrentTimestamp();
-		slots[s].entry = e;
-		slots[s].hashcode = hashcode;
-		slots[s].dboid = MyDatabaseId;
-		shared->databases[d].held++;
-	}
-	LWLockRelease(lock);
-	LWLockRelease(shared->control_lock);
-	return e != NULL ? 1 : -1;
+	return -1;
 }
 
 /*
@@ -961,6 +981,50 @@ pklimit_memory_leave(const PklimitMemoryCopy *copies, int n, bool stay)
 	LWLockRelease(shared->control_lock);
 }
 
+/*
+ * After an exit cut a take-out short (a termination inside its
+ * transaction): this database's entries on their way out stay, so the last
+ * flush writes them.  Only this database's worker marks them.
+ */
+void
+pklimit_memory_stay_all(void)
+{
+	if (!memory_on())
+		return;
+	for (int s = 0; s < pklimit_memory_keys; s++)
+	{
+		MemorySlot *slot = &slots[s];
+		LWLock	   *lock;
+
+		if (slot->dboid != MyDatabaseId)
+			continue;
+		lock = partition_lock(slot->hashcode);
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		if (slot->entry != NULL && slot->dboid == MyDatabaseId)
+			slot->entry->leaving = false;
+		LWLockRelease(lock);
+	}
+}
+
+/* Is this database's memory open and its flush lag within the bound now? */
+bool
+pklimit_memory_flushed_enough(void)
+{
+	int			d;
+	uint64		through;
+
+	if (!memory_on())
+		return false;
+	LWLockAcquire(shared->control_lock, LW_SHARED);
+	d = database_index(MyDatabaseId);
+	LWLockRelease(shared->control_lock);
+	if (d < 0)
+		return true;			/* nothing held: nothing behind */
+	through = pg_atomic_read_u64(&shared->databases[d].flushed_through);
+	return through != 0 && GetCurrentTimestamp() - (TimestampTz) through <=
+		(int64) 2 * pklimit_flush_interval * 1000;
+}
+
 /* Does this database hold entries? */
 bool
 pklimit_memory_held(void)
@@ -991,7 +1055,7 @@ pklimit_memory_shed(void)
 		return 0;
 	LWLockAcquire(shared->control_lock, LW_SHARED);
 	d = database_index(MyDatabaseId);
-	shed = d >= 0 && past_share(d) && !may_take(d);
+	shed = d >= 0 && past_share(d) && others_short(d);
 	LWLockRelease(shared->control_lock);
 	return shed ? make_room(d) : 0;
 }

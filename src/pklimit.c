@@ -91,8 +91,8 @@ shmem_request(void)
 		prev_shmem_request_hook();
 
 	/*
-	 * four allocations, each rounded up to a cache line, and the memory
-	 * path's
+	 * four allocations, each rounded up to a cache line; then the memory
+	 * path's, sized by memory.c
 	 */
 	RequestAddinShmemSpace(add_size(add_size(CACHELINEALIGN(pklimit_queue_shmem_size()),
 											 CACHELINEALIGN(pklimit_registry_shmem_size())),

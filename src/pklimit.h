@@ -257,6 +257,7 @@ typedef struct PklimitEntry
 	bool		met_lock;		/* met a row locked by another transaction */
 	/* a memory call's key as its transaction left it, to read in */
 	bool		memory_read;
+	bool		memory_fell_back;	/* counted as a fallback already */
 	PklimitRow	memory_row;
 } PklimitEntry;
 
@@ -581,6 +582,8 @@ extern void pklimit_memory_written(const PklimitMemoryCopy *copies, int n);
 extern void pklimit_memory_leave(const PklimitMemoryCopy *copies, int n,
 								 bool stay);
 extern bool pklimit_memory_held(void);
+extern void pklimit_memory_stay_all(void);
+extern bool pklimit_memory_flushed_enough(void);
 extern int	pklimit_memory_shed(void);
 extern void pklimit_memory_forget_database(Oid dboid);
 extern void pklimit_memory_database_stats(Oid dboid, int64 *held,
@@ -590,7 +593,7 @@ extern void pklimit_memory_database_stats(Oid dboid, int64 *held,
 extern int	pklimit_flush(PklimitSession *session, MemoryContext memory_context);
 extern bool pklimit_flush_due(void);
 extern long pklimit_flush_wait_ms(void);
-extern void pklimit_take_from_memory(PklimitEntry **entries, int n,
+extern int	pklimit_take_from_memory(PklimitEntry **entries, int n,
 									 PklimitSession *session,
 									 MemoryContext memory_context);
 extern void pklimit_read_rows(PklimitEntry **entries, int n,

@@ -516,18 +516,17 @@ void
 pklimit_store_flush(const PklimitTable *table, const char *const *keys,
 					const PklimitRow *rows, int n)
 {
-	static const Oid types[10] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-		INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID,
-	TIMESTAMPTZOID};
-	Datum	   *columns[10];
-	bool	   *column_nulls[10];
-	Datum		values[10];
+	/* the element types of FLUSH_ARGS, in its order */
+	static const Oid types[] = ROW_ARGS_3;
+	Datum	   *columns[lengthof(types)];
+	bool	   *column_nulls[lengthof(types)];
+	Datum		values[lengthof(types)];
 	int			rc;
 
 	if (table->version < 3)
 		elog(ERROR, "pklimit: a flush on the table of version %d",
 			 table->version);
-	for (int c = 0; c < 10; c++)
+	for (int c = 0; c < lengthof(types); c++)
 	{
 		columns[c] = palloc(sizeof(Datum) * n);
 		column_nulls[c] = palloc0(sizeof(bool) * n);
@@ -551,13 +550,13 @@ pklimit_store_flush(const PklimitTable *table, const char *const *keys,
 		column_nulls[8][i] = column_nulls[9][i] =
 			(row->algorithm != PKLIMIT_SLIDING);
 	}
-	for (int c = 0; c < 10; c++)
+	for (int c = 0; c < lengthof(types); c++)
 		values[c] = array_datum(columns[c], column_nulls[c], n, types[c]);
 	rc = run(table, STMT_FLUSH, values, NULL);
 	if (rc != SPI_OK_INSERT || SPI_processed != (uint64) n)
-		elog(ERROR, "pklimit: a flush of %d rows returned %d, %llu rows", n,
-			 rc, (unsigned long long) SPI_processed);
-	for (int c = 0; c < 10; c++)
+		elog(ERROR, "pklimit: a flush of %d rows returned %d, " UINT64_FORMAT " rows",
+			 n, rc, SPI_processed);
+	for (int c = 0; c < lengthof(types); c++)
 	{
 		pfree(columns[c]);
 		pfree(column_nulls[c]);

@@ -16,9 +16,9 @@
  *	gather		take the queued requests (a purge goes to purge.c)
  *	set aside	new writes on a key whose requests are set aside join them,
  *				untried: they would only wait for the same locked row
- *	memory		new requests whose keys are in memory are decided there, or
- *				their keys written and taken out of memory first (flush.c)
- *	apply		apply the new requests in one transaction; those on a row
+ *	apply		apply the new requests in one transaction (those whose keys
+ *				are in memory are decided there, or their keys written and
+ *				taken out of memory first: flush.c); those on a row
  *				locked by another transaction are set aside
  *	answer		send the new requests' answers at once
  *	retry		every PKLIMIT_RETRY_MS, try the set-aside requests again,
@@ -197,23 +197,6 @@ join_set_aside(Batch *b)
 			}
 		}
 	}
-}
-
-/*
- * The new entries whose keys are in memory: decided there, or their keys
- * taken out of memory before they are applied (flush.c).
- */
-static void
-take_from_memory(Batch *b)
-{
-	PklimitEntry *list[PKLIMIT_BATCH_MAX];
-	int			n = 0;
-
-	for (int i = b->nold; i < b->n; i++)
-		if (b->entries[i].state == ENTRY_NEW)
-			list[n++] = &b->entries[i];
-	if (n > 0)
-		pklimit_take_from_memory(list, n, &session, b->context);
 }
 
 /* Apply the entries of the batch in state, from first on. */
@@ -420,32 +403,30 @@ wait_for_work(const Batch *b, TimestampTz last_work)
  * this, and what it holds is written a last time, committed locally (a
  * synchronous standby that is gone must not hold up the exit), before the
  * worker leaves the registry (detach runs after this), so that no successor
- * flushes beside it.  As PostgreSQL removes a session's temporary tables,
- * in a transaction of its own, with interrupts held.
+ * flushes beside it.  As PostgreSQL removes a session's temporary tables:
+ * in a transaction of its own, with interrupts held (so nothing cancels it;
+ * an error here ends the exit as FATAL, and the callbacks after it still
+ * run).  Keys a take-out was writing when the exit cut it short are written
+ * too.
  */
 static void
 final_flush(int code, Datum arg)
 {
-	MemoryContext context = AllocSetContextCreate(TopMemoryContext,
-												  "pklimit final flush",
-												  ALLOCSET_DEFAULT_SIZES);
-
+	LWLockReleaseAll();
 	pklimit_memory_close();
 	AbortOutOfAnyTransaction();
+	pklimit_memory_stay_all();
 	SetConfigOption("synchronous_commit", "local", PGC_SUSET, PGC_S_OVERRIDE);
-	MemoryContextSwitchTo(context);
-	PG_TRY();
-	{
-		(void) pklimit_flush(&session, context);
-	}
-	PG_CATCH();
-	{
-		EmitErrorReport();
-		FlushErrorState();
-		AbortOutOfAnyTransaction();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(TopMemoryContext);
+	MemoryContextSwitchTo(AllocSetContextCreate(TopMemoryContext,
+												"pklimit final flush",
+												ALLOCSET_DEFAULT_SIZES));
+	(void) pklimit_flush(&session, CurrentMemoryContext);
+}
+
+/* After the last flush, done or failed: the database has no worker now. */
+static void
+leave_memory(int code, Datum arg)
+{
 	pklimit_memory_detach();
 }
 
@@ -489,6 +470,7 @@ pklimit_worker_main(Datum main_arg)
 	Oid			dboid;
 	Batch	   *batch;
 	TimestampTz last_work;
+	bool		flushed = true; /* the last flush committed */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -512,6 +494,7 @@ pklimit_worker_main(Datum main_arg)
 	set_up_session();
 	pklimit_stats_add(PKLIMIT_STAT_WORKER_STARTS, 1);
 	pklimit_memory_attach();
+	before_shmem_exit(leave_memory, (Datum) 0);
 	before_shmem_exit(final_flush, (Datum) 0);
 
 	batch = MemoryContextAllocZero(TopMemoryContext, sizeof(Batch));
@@ -529,7 +512,6 @@ pklimit_worker_main(Datum main_arg)
 		{
 			MemoryContextSwitchTo(batch->context);
 			join_set_aside(batch);
-			take_from_memory(batch);
 			apply(batch, batch->nold, ENTRY_NEW, PKLIMIT_BATCH_LOCK_MS);
 			send_answers(batch, batch->nold);
 			retry(batch);
@@ -538,15 +520,25 @@ pklimit_worker_main(Datum main_arg)
 			MemoryContextReset(batch->context);
 			last_work = GetCurrentTimestamp();
 		}
-		if (pklimit_flush_due() || pklimit_purge_due())
+
+		/*
+		 * The flush, when due and before each purge step, so the purge judges
+		 * keys in memory by their state there; after a failed one, the purge
+		 * waits for the next that works, every flush interval.
+		 */
+		if (pklimit_flush_due() || (pklimit_purge_due() && flushed))
 		{
+			int			written;
+
 			MemoryContextSwitchTo(batch->context);
-			if (pklimit_flush(&session, batch->context) > 0)
+			written = pklimit_flush(&session, batch->context);
+			flushed = (written >= 0);
+			if (written > 0)
 				last_work = GetCurrentTimestamp();
 			MemoryContextSwitchTo(TopMemoryContext);
 			MemoryContextReset(batch->context);
 		}
-		if (pklimit_purge_due())
+		if (pklimit_purge_due() && flushed)
 		{
 			bool		goes_on = pklimit_purge_step(&session,
 													 batch->context);

@@ -14,7 +14,10 @@
  *
  * The rules of every script: every object by its schema-qualified name,
  * never CREATE OR REPLACE over an object a user could have planted (one
- * planted beforehand makes the script fail instead of being adopted), and
+ * planted beforehand makes the script fail instead of being adopted; the
+ * one CREATE OR REPLACE, of the view pklimit_stats in the update to 0.3.0,
+ * replaces pklimit's own member, which the planted-name check has found
+ * pklimit's), and
  * test/t/090_upgrade.pl finds an updated database equal to a fresh install.
  */
 --- 0.1.0 ---
@@ -1083,7 +1086,7 @@ CREATE FUNCTION @extschema@.pklimit_memory_stats(
 	OUT flush_lag_ms pg_catalog.float8)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pklimit_memory_stats'
-LANGUAGE C VOLATILE PARALLEL SAFE;
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION @extschema@.pklimit_memory_stats() IS
 'Per database, the memory path''s part of pklimit_stats: calls decided in memory, keys read into memory, memory calls applied durably instead (fallbacks), entries given back, flushes and the rows they wrote, the keys held in memory now, and the flush lag in milliseconds (NULL while memory is closed or unused).';
