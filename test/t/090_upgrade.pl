@@ -10,7 +10,12 @@
 # included; a view or SQL function of a user on one of the four replaced
 # recording functions makes the update fail with 2BP01, naming them; the
 # privileges of the four go to their successors, default privileges
-# included.
+# included.  The memory path of 0.3.0 (docs/memory.md): the recording
+# functions and pklimit_decrement take durable as their last parameter;
+# pklimit_memory_stats(), new, gets pklimit_stats()'s privileges, so a role
+# that reads the view pklimit_stats, replaced in place with the memory
+# columns, still reads it, and a user's view on it stays; a function
+# planted under its name makes the update fail.
 use strict;
 use warnings;
 use FindBin;
@@ -130,8 +135,11 @@ is($node->safe_psql('old', "SELECT nodename FROM cron.job WHERE jobname = 'pklim
 is($node->safe_psql('old', $job), $job_before, 'the same job');
 my $updated = extension_catalog($node, 'old');
 my $fresh = extension_catalog($node, 'fresh');
-like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval,bigint,boolean,interval,text\)/m,
+like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval,bigint,boolean,interval,text,boolean\)/m,
 	'the catalog comparison sees the functions');
+like($fresh, qr/^function public\.pklimit_decrement\(text,bigint,boolean\)/m, 'and pklimit_decrement');
+like($fresh, qr/^function public\.pklimit_memory_stats\(\)/m, 'and pklimit_memory_stats');
+like($fresh, qr/^view public\.pklimit_stats .*memory_calls.*flush_lag_ms/ms, 'and the view with its memory columns');
 like($fresh, qr/^column public\.platformkit_limits\.blocked_until timestamp with time zone/m,
 	'and the column 0.2.0 adds');
 like($fresh, qr/^column public\.platformkit_limits\.count bigint/m, 'and the columns');
@@ -296,6 +304,10 @@ is($node->safe_psql('v020', q{SELECT pklimit_allow('banned', 100, '36500 days', 
 	'a key blocked at 0.2.0 stays blocked for every algorithm');
 is($node->safe_psql('v020', q{SELECT allowed, count FROM pklimit_check('new', 2, '36500 days', algorithm => 'gcra')}),
 	't|1', 'and GCRA counts a new key');
+is($node->safe_psql('v020', q{SELECT string_agg(pklimit_allow('memory', 2, '36500 days', durable => false)::text, ','
+	ORDER BY i) FROM generate_series(1, 3) i}), 'true,true,false', 'the memory path counts as the durable one');
+is($node->safe_psql('v020', q{SELECT pklimit_decrement('memory', 1, false), pklimit_decrement('memory', 1, true)}),
+	'2|1', 'and a decrement takes events back on either path');
 
 # --- a view or an SQL function of a user on one of the four recording
 # functions 0.3.0 replaces makes the update fail, naming them; one on
@@ -347,15 +359,17 @@ $node->safe_psql('postgres',
 	"ALTER DATABASE carried3 SET pklimit_update.acl_pklimit_allow_all = '{app=X/postgres}'");
 $node->safe_psql('postgres',
 	"ALTER DATABASE carried3 SET pklimit_update.acl_pklimit_decrement = '{=X/postgres}'");
+$node->safe_psql('postgres',
+	"ALTER DATABASE carried3 SET pklimit_update.acl_pklimit_memory_stats = '{=X/postgres}'");
 my $acl_020 = $acl->('carried3', 6);
 $node->safe_psql('carried3', "ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
-is($acl->('carried3', 7), $acl_020, 'each new function has the privileges of the one it replaces');
+is($acl->('carried3', 8), $acl_020, 'each new function has the privileges of the one it replaces');
 is($node->safe_psql('carried3', q{
 	SELECT string_agg(p.proname || ':' || has_function_privilege('app', p.oid, 'EXECUTE')
 	  || ':' || has_function_privilege('public', p.oid, 'EXECUTE')
 	  || ':' || has_function_privilege('app', p.oid, 'EXECUTE WITH GRANT OPTION'), ' ' ORDER BY p.proname)
 	  FROM pg_proc p WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
-	   AND p.pronargs = 7}),
+	   AND p.pronargs = 8}),
 	'pklimit_allow:true:false:false pklimit_allow_all:true:true:false pklimit_check:false:false:false'
 	  . ' pklimit_check_all:true:false:true',
 	'a grant, a REVOKE from PUBLIC, a grant option and the defaults are carried');
@@ -375,6 +389,16 @@ my $same_as_forget = q{
 is($node->safe_psql('carried3', $same_as_forget),
 	'pklimit_decrement:true:false pklimit_forget:true:false',
 	'pklimit_decrement gets the privileges of pklimit_forget: PUBLIC did not keep forgetting, nor gets decrementing');
+# pklimit_memory_stats, new, is called by the view pklimit_stats beside
+# pklimit_stats(): it gets pklimit_stats()'s privileges (a planted setting
+# of its name is not read either)
+my $same_as_stats = q{
+	SELECT string_agg(p.proname || ':' || has_function_privilege('pg_read_all_stats', p.oid, 'EXECUTE')
+	  || ':' || has_function_privilege('public', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
+	  FROM pg_proc p WHERE p.proname IN ('pklimit_stats', 'pklimit_memory_stats')};
+is($node->safe_psql('carried3', $same_as_stats),
+	'pklimit_memory_stats:true:false pklimit_stats:true:false',
+	'pklimit_memory_stats gets the privileges of pklimit_stats(): the readers of statistics, not PUBLIC');
 
 # and the database whose privileges were carried from 0.1.0 to 0.2.0 (with
 # its planted setting) keeps them at 0.3.0
@@ -383,7 +407,7 @@ is($node->safe_psql('carried', q{
 	SELECT string_agg(p.proname || ':' || has_function_privilege('app', p.oid, 'EXECUTE')
 	  || ':' || has_function_privilege('public', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
 	  FROM pg_proc p WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
-	   AND p.pronargs = 7}),
+	   AND p.pronargs = 8}),
 	'pklimit_allow:true:false pklimit_allow_all:true:false pklimit_check:false:false pklimit_check_all:false:false',
 	'the privileges carried from 0.1.0 to 0.2.0 are carried on to 0.3.0');
 
@@ -393,7 +417,7 @@ is($node->safe_psql('carried', q{
 $acl_020 = $acl->('defaults', 6);
 $node->safe_psql('defaults', "ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
 is($node->safe_psql('defaults', $version), '0.3.0', 'database defaults is at 0.3.0');
-is($acl->('defaults', 7), $acl_020,
+is($acl->('defaults', 8), $acl_020,
 	'under default privileges, each new function has the privileges of the one it replaces');
 is($node->safe_psql('defaults', q{
 	SELECT count(DISTINCT (SELECT string_agg(a.grantee || ':' || a.privilege_type || ':' || a.is_grantable,
@@ -415,15 +439,88 @@ is($node->safe_psql('fresh_defaults', $same_as_forget),
 is($node->safe_psql('defaults', q{
 	SELECT string_agg(p.proname || ':' || has_function_privilege('public', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
 	  FROM pg_proc p WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
-	   AND p.pronargs = 7}),
+	   AND p.pronargs = 8}),
 	'pklimit_allow:true pklimit_allow_all:true pklimit_check:true pklimit_check_all:true',
 	'default privileges that take EXECUTE from PUBLIC do not take the new functions away from it');
 is($node->safe_psql('defaults', q{SELECT count(*) FROM pg_proc p, aclexplode(p.proacl) a
 	WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')
-	  AND p.pronargs = 7 AND a.grantee = 'app'::regrole}), '0',
+	  AND p.pronargs = 8 AND a.grantee = 'app'::regrole}), '0',
 	'nor give app a grant of its own on them');
 is($node->safe_psql('defaults', q{SET ROLE app; SELECT pklimit_allow('k3', 1, '36500 days', algorithm => 'sliding')}), 't',
 	'a plain role still records after the update to 0.3.0');
+
+# --- the view pklimit_stats, replaced in place with the memory columns:
+# a role granted what reading it needs at 0.2.0 still reads it, with the
+# memory columns; a user's view on it stays
+# (the databases above hold every worker slot, max_worker_processes: their
+# workers go, for the worker of this one)
+$node->safe_psql('postgres',
+	q{SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'pklimit worker'});
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'pklimit worker'}),
+	'the workers of the databases above are gone');
+$node->safe_psql('postgres', 'CREATE ROLE monitor');
+$node->safe_psql('postgres', 'CREATE DATABASE monitored');
+$node->safe_psql('monitored', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.2.0'");
+ok($node->poll_query_until('monitored',
+	q{SELECT status = 'ok' FROM pklimit_check('wake-up', 1, '36500 days', cost => 0)}),
+	'a worker serves database monitored');
+$node->safe_psql('monitored', q{
+	SELECT pklimit_stats_reset(oid) FROM pg_database WHERE datname = 'monitored';
+	GRANT EXECUTE ON FUNCTION pklimit_stats() TO monitor;
+	GRANT SELECT ON pklimit_stats TO monitor;
+	CREATE VIEW busy AS SELECT datname, calls, allowed FROM pklimit_stats;
+	GRANT SELECT ON busy TO monitor;
+	SELECT pklimit_allow('k', 1, '36500 days'), pklimit_allow('k', 1, '36500 days')});
+my $read_stats = q{SET ROLE monitor; SELECT concat_ws('|', calls, allowed, refused) FROM pklimit_stats
+	WHERE datname = 'monitored'};
+my $read_busy = q{SET ROLE monitor; SELECT concat_ws('|', calls, allowed) FROM busy WHERE datname = 'monitored'};
+is($node->safe_psql('monitored', $read_stats), '2|1|1', 'at 0.2.0 a monitoring role reads pklimit_stats');
+is($node->safe_psql('monitored', $read_busy), '2|1', 'and a view of a user on it');
+$node->safe_psql('monitored', "ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
+is($node->safe_psql('monitored', $version), '0.3.0', 'database monitored is at 0.3.0');
+is($node->safe_psql('monitored', q{SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute
+	WHERE attrelid = 'pklimit_stats'::regclass AND attnum > 0 AND NOT attisdropped}),
+	$node->safe_psql('fresh', q{SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute
+	WHERE attrelid = 'pklimit_stats'::regclass AND attnum > 0 AND NOT attisdropped}),
+	'the view pklimit_stats has the columns of a fresh install');
+like($node->safe_psql('monitored', q{SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute
+	WHERE attrelid = 'pklimit_stats'::regclass AND attnum > 0 AND NOT attisdropped}),
+	qr/,memory_calls,memory_reads,memory_fallbacks,memory_evictions,flushes,rows_flushed,memory_keys,flush_lag_ms$/,
+	'its memory columns at the end');
+is($node->safe_psql('monitored', $read_stats), '2|1|1', 'the monitoring role still reads it after the update');
+is($node->safe_psql('monitored', q{SET ROLE monitor; SELECT concat_ws('|', memory_calls, memory_reads,
+	memory_fallbacks, memory_evictions, flushes IS NOT NULL, rows_flushed IS NOT NULL, memory_keys)
+	FROM pklimit_stats WHERE datname = 'monitored'}), '0|0|0|0|t|t|0',
+	'the memory columns included, though no call took the memory path');
+is($node->safe_psql('monitored', $read_busy), '2|1', 'the view of a user on it stays, and reads it');
+is($node->safe_psql('monitored', q{SELECT has_function_privilege('monitor', 'pklimit_memory_stats()', 'EXECUTE'),
+	has_function_privilege('public', 'pklimit_memory_stats()', 'EXECUTE')}), 't|f',
+	'the monitoring role got EXECUTE on pklimit_memory_stats, PUBLIC did not');
+ok($node->poll_query_until('monitored', q{SELECT pklimit_allow('m', 1000000, '36500 days', durable => false)
+	AND (SELECT memory_reads > 0 FROM pklimit_stats WHERE datname = 'monitored')}), 'memory calls read their key in');
+is($node->safe_psql('monitored', q{SET ROLE monitor; SELECT memory_reads > 0, memory_keys > 0 FROM pklimit_stats
+	WHERE datname = 'monitored'}), 't|t', 'which the monitoring role sees');
+
+# --- a function planted under the name pklimit_memory_stats while 0.2.0
+# was installed (0.2.0's scripts do not know the name) makes the update to
+# 0.3.0 fail, naming it: an overload would take the place of pklimit's
+# function in a call
+$node->safe_psql('postgres', 'CREATE DATABASE planted3');
+$node->safe_psql('planted3', 'GRANT CREATE ON SCHEMA public TO app');
+$node->safe_psql('planted3', q{SET ROLE app;
+	CREATE FUNCTION public.pklimit_memory_stats(x integer) RETURNS bigint
+	LANGUAGE sql AS $$SELECT 0::bigint$$});
+$node->safe_psql('planted3', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.2.0'");
+($ret, $out, $err) = $node->psql('planted3', "ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
+like($err,
+	qr/schema public has objects with pklimit's names that are not pklimit's: function pklimit_memory_stats\(integer\)/,
+	'a pklimit_memory_stats planted at 0.2.0 makes the update to 0.3.0 fail, naming it');
+is($node->safe_psql('planted3', $version), '0.2.0', 'which changed nothing');
+$node->safe_psql('planted3', "DROP FUNCTION public.pklimit_memory_stats(integer); ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
+is($node->safe_psql('planted3', $version), '0.3.0', 'without it the update goes through');
+is($node->safe_psql('planted3', 'SELECT count(*) FROM pklimit_memory_stats()'),
+	$node->safe_psql('planted3', 'SELECT count(*) FROM pklimit_stats()'), "and pklimit's own answers");
 
 $node->stop;
 done_testing();
