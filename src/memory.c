@@ -220,6 +220,21 @@ database_index(Oid dboid)
 	return -1;
 }
 
+/*
+ * This database's entry in databases[], or -1.  It keeps its index while
+ * the worker serves it or it holds entries, which every caller here needs.
+ */
+static int
+this_database(void)
+{
+	int			d;
+
+	LWLockAcquire(shared->control_lock, LW_SHARED);
+	d = database_index(MyDatabaseId);
+	LWLockRelease(shared->control_lock);
+	return d;
+}
+
 /* The entry of dboid, claimed if it has none; -1 if none is free. */
 static int
 claim_database(Oid dboid)
@@ -582,9 +597,7 @@ pklimit_memory_close(void)
 
 	if (!memory_on())
 		return;
-	LWLockAcquire(shared->control_lock, LW_SHARED);
-	d = database_index(MyDatabaseId);
-	LWLockRelease(shared->control_lock);
+	d = this_database();
 	if (d < 0)
 		return;
 	pg_atomic_write_u64(&shared->databases[d].flushed_through, 0);
@@ -621,9 +634,7 @@ pklimit_memory_flushed_through(TimestampTz through)
 
 	if (!memory_on())
 		return;
-	LWLockAcquire(shared->control_lock, LW_SHARED);
-	d = database_index(MyDatabaseId);
-	LWLockRelease(shared->control_lock);
+	d = this_database();
 	if (d >= 0)
 		pg_atomic_write_u64(&shared->databases[d].flushed_through,
 							(uint64) through);
@@ -652,9 +663,7 @@ pklimit_memory_drop_extension(void)
 
 	if (!memory_on())
 		return;
-	LWLockAcquire(shared->control_lock, LW_SHARED);
-	d = database_index(MyDatabaseId);
-	LWLockRelease(shared->control_lock);
+	d = this_database();
 	if (d >= 0)
 		pg_atomic_fetch_add_u32(&shared->databases[d].generation, 1);
 }
@@ -1015,9 +1024,7 @@ pklimit_memory_flushed_enough(void)
 
 	if (!memory_on())
 		return false;
-	LWLockAcquire(shared->control_lock, LW_SHARED);
-	d = database_index(MyDatabaseId);
-	LWLockRelease(shared->control_lock);
+	d = this_database();
 	if (d < 0)
 		return true;			/* nothing held: nothing behind */
 	through = pg_atomic_read_u64(&shared->databases[d].flushed_through);
