@@ -113,14 +113,16 @@ drop_at_commit(XactEvent event, void *arg)
 {
 	if (dropped_in == InvalidSubTransactionId)
 		return;
-	if (event == XACT_EVENT_PRE_PREPARE)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot PREPARE a transaction that drops pklimit"),
-				 errdetail("Its keys in memory must be discarded when the drop commits.")));
-	if (event == XACT_EVENT_COMMIT)
+
+	/*
+	 * A prepared drop (Citus runs its DDL on the other nodes so) is taken as
+	 * committed: its COMMIT PREPARED may come from any session.  Should it be
+	 * rolled back instead, the keys in memory are lost, not miscounted.
+	 */
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PREPARE)
 		pklimit_memory_drop_extension();
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE)
 		dropped_in = InvalidSubTransactionId;
 }
 
