@@ -240,7 +240,6 @@ pklimit_take_from_memory(PklimitEntry **entries, int n,
 				requests[m] = entries[k]->request;
 			reads &= (entries[k]->request.kind == PKLIMIT_OP_COUNT ||
 					  entries[k]->request.kind == PKLIMIT_OP_PEEK);
-			entries[k]->memory_fell_back = false;
 			m++;
 		}
 #undef ENTRY_GROUP
@@ -274,7 +273,9 @@ pklimit_take_from_memory(PklimitEntry **entries, int n,
 				leaving[nleaving] = requests[k];
 				leaving_entries[nleaving++] = entries[first + k];
 			}
-			if (requests[0].call.memory && requests[0].track_stats)
+			/* once per call, though a locked row sets it aside again */
+			if (requests[0].call.memory && requests[0].track_stats &&
+				!entries[first]->memory_fell_back)
 			{
 				pklimit_stats_add(PKLIMIT_STAT_MEMORY_FALLBACKS, 1);
 				entries[first]->memory_fell_back = true;

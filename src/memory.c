@@ -479,7 +479,9 @@ decide_entries(const PklimitRequest *requests, PklimitAnswer *answers, int n,
 	{
 		if (pklimit_rows_differ(&before[i], &found[i]->row))
 			found[i]->changes++;
-		found[i]->last_used = now;
+		/* pklimit_count only looks: a monitor keeps no key in memory */
+		if (requests[i].kind != PKLIMIT_OP_COUNT)
+			found[i]->last_used = now;
 		memset(&answers[i], 0, sizeof(PklimitAnswer));
 		answers[i].status = PKLIMIT_OK;
 		answers[i].result = results[i];

@@ -607,6 +607,7 @@ pklimit_queue_take(Oid dboid, int worker, PklimitEntry *entries, int max)
 		slot->worker = worker;
 		entries[j].request = slot->request;
 		entries[j].slot = taken[j];
+		entries[j].memory_fell_back = false;
 	}
 	LWLockRelease(pklimit_lock);
 	return n;

@@ -1,0 +1,119 @@
+# Copyright (c) pklimit contributors
+#
+# The memory path with fewer entries than keys (docs/memory.md, "Bounded
+# memory and fairness"), pklimit.memory_keys = 50 and pklimit.max_workers
+# = 2, so each database keeps a share of 25:
+#
+#   1. one database alone fills the table, and keeps it; a key read in
+#      when it is full takes the entries of the least recently used
+#      written keys (5% of the table, 2, at a time), and no other;
+#   2. while database postgres reads in far more keys than its share
+#      (pgbench over 500 keys), database b still gets its 25 keys into
+#      memory; every answer of both is exact (no error, no event lost),
+#      entries given back and calls falling back along the way.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use PklimitTest;
+
+my $node = pklimit_node('memory_full',
+	"pklimit.memory_keys = 50\npklimit.max_workers = 2\npklimit.flush_interval = 100ms\n"
+	  . "max_connections = 40\nlog_statement = none\n");
+
+sub sql { return $node->safe_psql($_[1] // 'postgres', $_[0]); }
+
+sub mem_stat
+{
+	my ($columns, $db) = @_;
+	return sql("SELECT $columns FROM pklimit_stats WHERE datname = current_database()", $db);
+}
+
+# One memory call on each key of the list, in database $db; returns the
+# memory_calls and memory_reads they added.
+sub touch
+{
+	my ($list, $db) = @_;
+	my ($calls, $reads) = split /\|/, mem_stat('memory_calls, memory_reads', $db);
+	sql("SELECT pklimit_allow(k, 1000, '36500 days', durable => false) FROM unnest($list) k", $db);
+	my ($calls2, $reads2) = split /\|/, mem_stat('memory_calls, memory_reads', $db);
+	return ($calls2 - $calls) . '|' . ($reads2 - $reads);
+}
+
+# Wait until a flush wrote every key of the list of postgres as memory has
+# it (pklimit_count reads memory without using the key: which keys are the
+# least recently used stays as it was).
+sub flushed
+{
+	my ($list) = @_;
+	return $node->poll_query_until('postgres', qq{SELECT bool_and(l.count IS NOT DISTINCT FROM pklimit_count(k))
+		FROM unnest($list) k LEFT JOIN platformkit_limits l ON l.key = 'g:' || k});
+}
+
+sub keys_sql
+{
+	my ($prefix, $from, $to) = @_;
+	return "ARRAY(SELECT '$prefix' || i FROM generate_series($from, $to) i)";
+}
+
+# --- 1. one database fills the table; least recently used written keys go
+sql("SELECT pklimit_count('wake-up')");
+is(touch(keys_sql('a', 1, 50)), '0|50', 'one database: 50 keys read in');
+is(mem_stat('memory_keys, memory_evictions'), '50|0', 'one database: it holds all 50 entries');
+is(touch(keys_sql('a', 1, 50)), '50|0', 'one database: all 50 still in memory');
+is(touch(keys_sql('a', 1, 10)), '10|0', 'one database: a1..a10 used again, the latest');
+ok(flushed(keys_sql('a', 1, 50)), 'one database: a flush wrote all 50');
+is(touch(keys_sql('c', 1, 4)), '0|4', 'one database: 4 more keys read in');
+is(mem_stat('memory_keys, memory_evictions'), '50|4', 'one database: 4 entries were given back for them');
+my $kept = 'ARRAY[' . join(', ', map { "'$_'" } (map { "c$_" } 1 .. 4), (map { "a$_" } 1 .. 10, 15 .. 50)) . ']';
+is(touch($kept), '50|0', 'one database: the 4 new keys, a1..a10 and a15..a50 are in memory');
+ok(flushed($kept), 'one database: a flush wrote them');
+is(touch(keys_sql('a', 11, 14)), '0|4', 'one database: a11..a14, the least recently used, were given back');
+is(sql("SELECT string_agg(DISTINCT pklimit_count('a' || i)::text, ',') FROM generate_series(11, 14) i"),
+	'3', 'one database: and lost nothing: they count 3');
+
+# --- 2. one database floods memory, the other still gets its share
+sql('CREATE DATABASE b');
+sql('CREATE EXTENSION pklimit', 'b');
+sql('CREATE TABLE results (k int NOT NULL, ok boolean NOT NULL)');
+my $script = $node->basedir . '/flood.sql';
+open my $fh, '>', $script or die;
+print $fh "\\set k random(1, 500)\n"
+  . "INSERT INTO results SELECT :k, pklimit_allow('p' || :k, 5, '36500 days', durable => false);\n";
+close $fh;
+my ($reads0, $evictions0) = split /\|/, mem_stat('memory_reads, memory_evictions');
+my ($out, $err) = ('', '');
+my $bench = IPC::Run::start(
+	[ 'pgbench', '-n', '-c', 4, '-j', 2, '-T', 20, '-f', $script, '-h', $node->host, '-p', $node->port, 'postgres' ],
+	'>', \$out, '2>', \$err);
+ok($node->poll_query_until('postgres',
+	"SELECT memory_reads > $reads0 + 200 FROM pklimit_stats WHERE datname = 'postgres'"),
+	'flood: postgres read in far more keys than its share');
+ok($node->poll_query_until('b', q{SELECT m.memory_keys FROM
+	(SELECT count(pklimit_allow('b' || i, 1000000, '36500 days', durable => false)) FROM generate_series(1, 25) i) c,
+	pklimit_stats m WHERE m.datname = current_database()}, '25'),
+	'flood: b got its 25 keys into memory meanwhile');
+ok($bench->pumpable, 'flood: while the flood still ran');
+cmp_ok(mem_stat('memory_keys'), '<=', 25, 'flood: postgres holds at most the other 25');
+is(sql("SELECT count(DISTINCT pklimit_count('b' || i)) FROM generate_series(1, 25) i", 'b'), '1',
+	"flood: b's keys all count the same, one per round of calls");
+$bench->finish;
+my $n = sql("SELECT pklimit_count('b1')", 'b');
+is(touch(keys_sql('b', 1, 25), 'b') . '|' . sql("SELECT sum(pklimit_count('b' || i)) FROM generate_series(1, 25) i", 'b'),
+	'25|0|' . 25 * ($n + 1), "flood: b's keys stayed in memory, and count on exactly");
+like($out, qr/processed: \d+/, 'flood: pgbench ran');
+unlike($err, qr/WARNING|ERROR|aborted/, 'flood: no call of postgres was unavailable or failed');
+is(sql(q{SELECT count(*) FROM (SELECT k, count(*) AS n, count(*) FILTER (WHERE ok) AS trues
+	FROM results GROUP BY k) r WHERE trues <> least(n, 5) OR pklimit_count('p' || k) <> n}), '0',
+	'flood: every key of postgres allowed min(attempts, 5) and counts every attempt');
+is(sql('SELECT count(DISTINCT k) > 400 FROM results'), 't', 'flood: over 400 keys were called');
+my ($evictions, $fallbacks) = split /\|/, mem_stat('memory_evictions, memory_fallbacks');
+cmp_ok($evictions, '>', $evictions0, "flood: postgres gave entries back ($evictions)");
+note("flood: postgres memory_fallbacks $fallbacks");
+
+$node->stop;
+done_testing();
