@@ -20,12 +20,22 @@ export interface PklimitStoreOptions {
   logger?: ((message: string) => void) | { warn(message: string): void };
   /** The tenant of a call; default: the one `pklimitTenant()` or `withTenant()` set. */
   tenant?: (key: string) => string | null | undefined;
+  /**
+   * `durable =>` of every `pklimit_check` and `pklimit_decrement` (default `true`):
+   * `true`, each hit is committed before its answer; `false`, pklimit's memory path:
+   * decided in shared memory, as exact, written to the table within
+   * `pklimit.flush_interval`, and a crash may lose the last 2 × `pklimit.flush_interval`
+   * of hits. A boolean only.
+   */
+  durable?: boolean;
 }
 
 export declare class PklimitStore implements Store {
   constructor(options: PklimitStoreOptions);
   readonly localKeys: false;
   prefix: string;
+  /** The `durable` option: `false` is pklimit's memory path. */
+  readonly durable: boolean;
   init(options: Options): void;
   increment(key: string): Promise<ClientRateLimitInfo>;
   get(key: string): Promise<ClientRateLimitInfo | undefined>;

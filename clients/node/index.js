@@ -1,9 +1,12 @@
 'use strict';
 
 // An express-rate-limit store backed by pklimit: every hit is recorded by
-// pklimit's worker in its own transaction, on the database server's clock,
+// pklimit outside the caller's transaction, on the database server's clock,
 // so the count is exact across app replicas and survives the caller's
-// rollback.
+// rollback.  durable (the default): committed by pklimit's worker before the
+// answer; durable: false, pklimit's memory path: decided in shared memory by
+// the calling backend and written to the table within
+// pklimit.flush_interval (docs/memory.md).
 
 const { AsyncLocalStorage } = require('node:async_hooks');
 
@@ -68,7 +71,7 @@ function toWarn(logger) {
 
 class PklimitStore {
   constructor(options = {}) {
-    const { pool, prefix = 'rl:', schema, algorithm, logger, tenant } = options;
+    const { pool, prefix = 'rl:', schema, algorithm, logger, tenant, durable = true } = options;
     if (!pool || typeof pool.query !== 'function') {
       throw new TypeError('PklimitStore: pool must be a pg.Pool (or a client with a query method)');
     }
@@ -78,12 +81,17 @@ class PklimitStore {
     if (tenant !== undefined && typeof tenant !== 'function') {
       throw new TypeError('PklimitStore: tenant must be a function of the key');
     }
+    // a boolean only: the string 'false' would be true
+    if (typeof durable !== 'boolean') {
+      throw new TypeError(`PklimitStore: durable must be true or false, got ${typeof durable} ${String(durable)}`);
+    }
     this.pool = pool;
     this.prefix = String(prefix);
     // Counted in one shared database: a key incremented here is seen by
     // every other store, in this process or another.
     this.localKeys = false;
     this.algorithm = algorithm;
+    this.durable = durable;
     this.warn = toWarn(logger);
     this.tenantOf = tenant ?? currentTenant;
     this.window = '60000 milliseconds';
@@ -101,18 +109,20 @@ class PklimitStore {
   // key flows through the subquery so that the function, which depends on
   // it, runs after set_config; OFFSET 0 keeps the subquery from being
   // flattened away.  No statement is named: named prepared statements do
-  // not survive a pooler in transaction mode.
+  // not survive a pooler in transaction mode.  durable is a bind parameter
+  // of every pklimit_check (the peek too) and pklimit_decrement;
+  // pklimit_count and pklimit_forget are exact on both paths.
   buildQueries(s) {
     const tenantAndKey =
       "(SELECT pg_catalog.set_config('platformkit.tenant', $1, true) AS tenant, $2::text AS key OFFSET 0) t";
     const check = (algorithm) =>
       `SELECT c.allowed, c.count, c.reset_at, extract(epoch FROM c.retry_after) * 1000 AS retry_ms, c.status FROM ${tenantAndKey},` +
-      ` LATERAL ${s}pklimit_check(t.key, $3::bigint, $4::interval, cost => $5::bigint` +
-      (algorithm ? ', algorithm => $6::text' : '') + ') c';
+      ` LATERAL ${s}pklimit_check(t.key, $3::bigint, $4::interval, cost => $5::bigint, durable => $6::boolean` +
+      (algorithm ? ', algorithm => $7::text' : '') + ') c';
     this.sql = {
       check: check(false),
       checkAlgorithm: check(true),
-      decrement: `SELECT ${s}pklimit_decrement(t.key, 1) AS count FROM ${tenantAndKey}`,
+      decrement: `SELECT ${s}pklimit_decrement(t.key, 1, durable => $3::boolean) AS count FROM ${tenantAndKey}`,
       forget: `SELECT ${s}pklimit_forget(t.key) AS forgotten FROM ${tenantAndKey}`,
     };
   }
@@ -162,7 +172,7 @@ class PklimitStore {
     // gcra and sliding count against max_count: with a limit computed per
     // request there is none, and their counts would mean nothing.
     const algorithm = this.limitIsNumber ? this.algorithm : undefined;
-    const params = [tenant, this.prefix + key, this.maxCount, this.window, cost];
+    const params = [tenant, this.prefix + key, this.maxCount, this.window, cost, this.durable];
     if (algorithm) params.push(algorithm);
     const { rows } = await this.pool.query(algorithm ? this.sql.checkAlgorithm : this.sql.check, params);
     return rows[0];
@@ -213,7 +223,7 @@ class PklimitStore {
   async decrement(key) {
     const tenant = this.tenantFor(key);
     if (this.skipsDecrement(tenant, key)) return;
-    const { rows } = await this.pool.query(this.sql.decrement, [tenant, this.prefix + key]);
+    const { rows } = await this.pool.query(this.sql.decrement, [tenant, this.prefix + key, this.durable]);
     if (rows[0].count === null) {
       this.warn(`rate-limit-pklimit: store unavailable for decrement of key ${this.prefix + key}: nothing taken back`);
     }

@@ -98,4 +98,23 @@ async function until(fn, what, ms = 30000) {
   }
 }
 
-module.exports = { HOUR, pool, endPools, serve, sql, storedCount, unique, statuses, until };
+// The memory path's counters of this database in pklimit_stats (0 before
+// its first call).
+async function memoryStats() {
+  const rows = await sql('SELECT coalesce(memory_calls, 0)::int AS calls, coalesce(memory_reads, 0)::int AS reads,' +
+    ' coalesce(memory_fallbacks, 0)::int AS fallbacks FROM pklimit_stats WHERE datname = current_database()');
+  return rows[0] ?? { calls: 0, reads: 0, fallbacks: 0 };
+}
+
+// Returns once a flush of the memory path that started after this call
+// has committed: everything changed in memory before it is in the table.
+// The database's flushed_through (now - flush_lag_ms) is when the last
+// complete flush started; read a little after it, hence the margin.
+async function flushed() {
+  const [{ now }] = await sql('SELECT clock_timestamp()::text AS now');
+  const done = "SELECT clock_timestamp() - flush_lag_ms * interval '1 millisecond'" +
+    " > $1::timestamptz + interval '50 milliseconds' AS done FROM pklimit_stats WHERE datname = current_database()";
+  await until(async () => (await sql(done, [now]))[0]?.done === true, 'a flush');
+}
+
+module.exports = { HOUR, pool, endPools, serve, sql, storedCount, unique, statuses, until, memoryStats, flushed };

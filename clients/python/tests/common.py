@@ -59,3 +59,32 @@ def wait_for_room(seconds, need=90):
         if time.monotonic() > deadline:
             raise AssertionError(f"the {seconds}s window did not turn over")
         time.sleep(min(0.5, max(left, 0.05)))
+
+
+def memory_stats(uri=URI):
+    """(memory_calls, memory_reads) of the database in pklimit_stats, 0
+    before its first call."""
+    found = sql("SELECT coalesce(memory_calls, 0), coalesce(memory_reads, 0) FROM pklimit_stats"
+                " WHERE datname = current_database()", uri=uri)
+    return found[0] if found else (0, 0)
+
+
+def until(condition, what, seconds=30):
+    """Polls until condition() is true; a test waits for a condition, not a time."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def flushed(uri=URI):
+    """Returns once a flush of the memory path that started after this call
+    has committed: everything changed in memory before it is in the table.
+    The database's flushed_through (now - flush_lag_ms) is when the last
+    complete flush started; read a little after it, hence the margin."""
+    (now,), = sql("SELECT clock_timestamp()::text", uri=uri)
+    until(lambda: sql("SELECT clock_timestamp() - flush_lag_ms * interval '1 millisecond'"
+                      " > %s::timestamptz + interval '50 milliseconds' FROM pklimit_stats"
+                      " WHERE datname = current_database()", (now,), uri) == [(True,)],
+          "a flush")

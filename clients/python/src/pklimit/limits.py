@@ -7,7 +7,10 @@ storage_uri="pklimit+postgresql://user@host/db")`` counts in the database.
 
 Every method is one SQL statement in autocommit on a connection of a
 ``psycopg_pool.ConnectionPool``; the tenant, if any, is set for that
-statement only.  Only the fixed window is offered: see README.md.
+statement only.  With the option ``durable`` false, hits take pklimit's
+memory path (decided in shared memory, written to the table within
+``pklimit.flush_interval``).  Only the fixed window is offered: see
+README.md.
 """
 
 import contextlib
@@ -52,6 +55,14 @@ POOL_OPTIONS = {
     "pool_max_lifetime": float,
 }
 
+# Options of the URI's query string and of storage_options that are the
+# storage's own, not libpq's: the pool's and durable.
+STORAGE_OPTIONS = (*POOL_OPTIONS, "durable")
+
+# The spellings of the "durable" option given as a string (as in the URI),
+# in any case; any other value is refused.
+BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
 SCHEME_PREFIXES = ("pklimit+postgresql://", "pklimit+postgres://", "pklimit://")
 
 
@@ -71,9 +82,20 @@ def using_tenant(value: Optional[str]) -> Iterator[None]:
         tenant.reset(token)
 
 
+def _durable(value: Any) -> bool:
+    """The ``durable`` option: a bool, or a string of :data:`BOOLEANS`."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in BOOLEANS:
+        return BOOLEANS[value.lower()]
+    raise ConfigurationError(
+        "the pklimit storage option durable must be true or false (or 1/0, yes/no), got %r"
+        % (value,))
+
+
 def _libpq_uri(uri: str) -> "tuple[str, dict]":
-    """The libpq URI of a storage URI, and the pool options taken out of its
-    query string (libpq refuses parameters it does not know)."""
+    """The libpq URI of a storage URI, and the storage's own options taken
+    out of its query string (libpq refuses parameters it does not know)."""
     for prefix in SCHEME_PREFIXES:
         if uri.startswith(prefix):
             rest = uri[len(prefix):]
@@ -83,40 +105,48 @@ def _libpq_uri(uri: str) -> "tuple[str, dict]":
             "pklimit storage URI must start with one of %s: %r"
             % (", ".join(SCHEME_PREFIXES), uri))
     netloc_path, _, query = rest.partition("?")
-    kept, pool = [], {}
+    kept, own = [], {}
     for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
-        if name in POOL_OPTIONS:
-            pool[name] = value
+        if name in STORAGE_OPTIONS:
+            own[name] = value
         else:
             kept.append((name, value))
     libpq = "postgresql://" + netloc_path
     if kept:
         libpq += "?" + urllib.parse.urlencode(kept, quote_via=urllib.parse.quote)
-    return libpq, pool
+    return libpq, own
 
 
 class PklimitStorage(Storage):
     """Fixed-window counts in PostgreSQL with the pklimit extension.
 
     :param uri: ``pklimit+postgresql://user:password@host:port/dbname?...``;
-     every query parameter but the ``pool_*`` ones goes to libpq.
-    :param options: ``tenant`` (a string, or a callable returning the
-     tenant of the current call, '' or None for none), ``schema`` (the
-     schema of the pklimit functions; default: the search path), ``pool``
-     (a ``ConnectionPool`` of your own to use instead of one of the
-     storage's), ``pool_min_size`` (default 1), ``pool_max_size`` (default
-     10), ``pool_timeout`` (seconds to wait for a connection, default 5),
-     ``pool_max_idle``, ``pool_max_lifetime``; any other option is a
-     keyword of ``psycopg.connect``.
+     every query parameter but ``durable`` and the ``pool_*`` ones goes to
+     libpq.
+    :param options: ``durable`` (default true: each hit is committed before
+     its answer; false: pklimit's memory path, decided in shared memory and
+     written to the table within ``pklimit.flush_interval``, so that a
+     crash may lose the last 2 x ``pklimit.flush_interval`` of hits; a
+     bool, or true/false, 1/0, yes/no in any case), ``tenant`` (a string,
+     or a callable returning the tenant of the current call, '' or None
+     for none), ``schema`` (the schema of the pklimit functions; default:
+     the search path), ``pool`` (a ``ConnectionPool`` of your own to use
+     instead of one of the storage's), ``pool_min_size`` (default 1),
+     ``pool_max_size`` (default 10), ``pool_timeout`` (seconds to wait for
+     a connection, default 5), ``pool_max_idle``, ``pool_max_lifetime``;
+     any other option is a keyword of ``psycopg.connect``.
     """
 
     STORAGE_SCHEME = ["pklimit+postgresql", "pklimit+postgres", "pklimit"]
 
     def __init__(self, uri: str, **options: Any) -> None:
         super().__init__(uri, **options)
-        self.conninfo, pool_options = _libpq_uri(uri)
-        pool_options.update({k: options.pop(k) for k in list(options) if k in POOL_OPTIONS})
-        self.pool_options = {k: POOL_OPTIONS[k](v) for k, v in pool_options.items()}
+        self.conninfo, own = _libpq_uri(uri)
+        own.update({k: options.pop(k) for k in list(options) if k in STORAGE_OPTIONS})
+        self.pool_options = {k: POOL_OPTIONS[k](v) for k, v in own.items() if k in POOL_OPTIONS}
+        # durable => of every pklimit_check (incr and the peek); pklimit_count
+        # and pklimit_forget are exact on both paths
+        self.durable = _durable(own.get("durable", True))
         self.tenant_option: Union[None, str, Callable[[], Optional[str]]] = options.pop("tenant", None)
         schema = options.pop("schema", None)
         self.given_pool: Optional[ConnectionPool] = options.pop("pool", None)
@@ -126,10 +156,10 @@ class PklimitStorage(Storage):
         self._pool: Optional[ConnectionPool] = None
         self._pool_pid = 0
         self._pool_lock = threading.Lock()
-        self._statements = self._build_statements(schema)
+        self._statements = self._build_statements(schema, self.durable)
 
     @staticmethod
-    def _build_statements(schema: Optional[str]) -> dict:
+    def _build_statements(schema: Optional[str], durable: bool) -> dict:
         def fn(name: str) -> sql.Composable:
             return sql.SQL(".").join([sql.Identifier(schema), sql.Identifier(name)]) if schema \
                 else sql.Identifier(name)
@@ -145,12 +175,15 @@ class PklimitStorage(Storage):
             "incr": sql.SQL(
                 "SELECT c.allowed, c.count, c.status FROM {scoped},"
                 " LATERAL {check}(t.key, {no_limit}, %s::bigint * interval '1 second',"
-                " cost => %s::bigint) c").format(
-                    scoped=scoped, check=fn("pklimit_check"), no_limit=sql.Literal(NO_LIMIT)),
+                " cost => %s::bigint, durable => {durable}) c").format(
+                    scoped=scoped, check=fn("pklimit_check"), no_limit=sql.Literal(NO_LIMIT),
+                    durable=sql.Literal(durable)),
             "peek": sql.SQL(
                 "SELECT c.count, extract(epoch FROM c.reset_at)::float8, c.status FROM {scoped},"
-                " LATERAL {check}(t.key, {no_limit}, interval '1 second', cost => 0) c").format(
-                    scoped=scoped, check=fn("pklimit_check"), no_limit=sql.Literal(NO_LIMIT)),
+                " LATERAL {check}(t.key, {no_limit}, interval '1 second', cost => 0,"
+                " durable => {durable}) c").format(
+                    scoped=scoped, check=fn("pklimit_check"), no_limit=sql.Literal(NO_LIMIT),
+                    durable=sql.Literal(durable)),
             "get": sql.SQL(
                 "SELECT {count}(t.key), pg_catalog.current_setting('pklimit.on_unavailable')"
                 " FROM {scoped}").format(scoped=scoped, count=fn("pklimit_count")),
