@@ -346,17 +346,31 @@ entry_current(const MemoryEntry *e)
 }
 
 /*
+ * Is memory open (through not 0) and the flush lag from through to now
+ * within twice pklimit.flush_interval?  A clock stepped back counts as far
+ * as one stepped on: until the worker's next flush sets through by the new
+ * clock, nothing else says the flush still runs.
+ */
+static bool
+lag_within_bound(uint64 through, TimestampTz now)
+{
+	int64		bound = (int64) 2 * pklimit_flush_interval * 1000;
+
+	return through != 0 &&
+		now - (TimestampTz) through <= bound &&
+		(TimestampTz) through - now <= bound;
+}
+
+/*
  * May calls be decided on entry e now, so that the loss bound holds: its
- * database's flush lag is at most twice pklimit.flush_interval, and memory
- * is not closed.  Partition lock held (so a close is seen).
+ * database's flush lag is within the bound, and memory is not closed.
+ * Partition lock held (so a close is seen).
  */
 static bool
 entry_flushed_enough(const MemoryEntry *e, TimestampTz now)
 {
-	uint64		through = pg_atomic_read_u64(&shared->databases[e->db].flushed_through);
-
-	return through != 0 &&
-		now - (TimestampTz) through <= (int64) 2 * pklimit_flush_interval * 1000;
+	return lag_within_bound(pg_atomic_read_u64(&shared->databases[e->db].flushed_through),
+							now);
 }
 
 /* The keys of n requests, their hash codes, and the partitions to lock. */
@@ -1030,8 +1044,7 @@ pklimit_memory_flushed_enough(void)
 	if (d < 0)
 		return true;			/* nothing held: nothing behind */
 	through = pg_atomic_read_u64(&shared->databases[d].flushed_through);
-	return through != 0 && GetCurrentTimestamp() - (TimestampTz) through <=
-		(int64) 2 * pklimit_flush_interval * 1000;
+	return lag_within_bound(through, GetCurrentTimestamp());
 }
 
 /* Does this database hold entries? */

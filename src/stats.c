@@ -318,6 +318,37 @@ typedef struct StatsRow
 	pid_t		worker_pid;
 } StatsRow;
 
+/*
+ * The counters of every database entry in use into rows[] (dboid,
+ * stats_reset, counters) and their dboids into dboids[] (InvalidOid: the
+ * shared entry).  Returns how many.  pklimit_lock held.
+ */
+static int
+read_entries(StatsRow *rows, Oid *dboids)
+{
+	int			n = 0;
+
+	for (int i = 0; i <= STATS_DATABASES; i++)
+	{
+		StatsEntryData *e = &entries[i].d;
+
+		if (!e->in_use)
+			continue;
+		rows[n].dboid = e->dboid;
+		rows[n].stats_reset = e->stats_reset;
+		/* failed_open is added after its reason: read first, never above it */
+		rows[n].counters[PKLIMIT_STAT_FAILED_OPEN] =
+			pg_atomic_read_u64(&e->counters[PKLIMIT_STAT_FAILED_OPEN]);
+		pg_read_barrier();
+		for (int c = 0; c < PKLIMIT_STAT_COUNT; c++)
+			if (c != PKLIMIT_STAT_FAILED_OPEN)
+				rows[n].counters[c] = pg_atomic_read_u64(&e->counters[c]);
+		dboids[n] = e->dboid;
+		n++;
+	}
+	return n;
+}
+
 static Datum
 counter_datum(uint64 value)
 {
@@ -401,26 +432,10 @@ pklimit_stats(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 
 	LWLockAcquire(pklimit_lock, LW_SHARED);
-	for (int i = 0; i <= STATS_DATABASES; i++)
-	{
-		StatsEntryData *e = &entries[i].d;
-
-		if (!e->in_use)
-			continue;
-		rows[n].dboid = e->dboid;
-		rows[n].stats_reset = e->stats_reset;
-		/* failed_open is added after its reason: read first, never above it */
-		rows[n].counters[PKLIMIT_STAT_FAILED_OPEN] =
-			pg_atomic_read_u64(&e->counters[PKLIMIT_STAT_FAILED_OPEN]);
-		pg_read_barrier();
-		for (int c = 0; c < PKLIMIT_STAT_COUNT; c++)
-			if (c != PKLIMIT_STAT_FAILED_OPEN)
-				rows[n].counters[c] = pg_atomic_read_u64(&e->counters[c]);
-		rows[n].worker_pid = OidIsValid(e->dboid) ?
-			pklimit_registry_worker_pid(e->dboid) : 0;
-		dboids[n] = e->dboid;	/* InvalidOid: the shared entry */
-		n++;
-	}
+	n = read_entries(rows, dboids);
+	for (int r = 0; r < n; r++)
+		rows[r].worker_pid = OidIsValid(rows[r].dboid) ?
+			pklimit_registry_worker_pid(rows[r].dboid) : 0;
 	pklimit_queue_depths(dboids, depths, n);
 	LWLockRelease(pklimit_lock);
 
@@ -462,24 +477,14 @@ Datum
 pklimit_memory_stats(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	StatsRow   *rows = palloc0(sizeof(StatsRow) * (STATS_DATABASES + 1));
 	Oid			dboids[STATS_DATABASES + 1];
-	uint64		counters[STATS_DATABASES + 1][PKLIMIT_STAT_COUNT];
-	int			n = 0;
+	int			n;
 
 	pklimit_check_preloaded();
 	InitMaterializedSRF(fcinfo, 0);
 	LWLockAcquire(pklimit_lock, LW_SHARED);
-	for (int i = 0; i <= STATS_DATABASES; i++)
-	{
-		StatsEntryData *e = &entries[i].d;
-
-		if (!e->in_use)
-			continue;
-		dboids[n] = e->dboid;
-		for (int c = PKLIMIT_STAT_MEMORY_CALLS; c < PKLIMIT_STAT_COUNT; c++)
-			counters[n][c] = pg_atomic_read_u64(&e->counters[c]);
-		n++;
-	}
+	n = read_entries(rows, dboids);
 	LWLockRelease(pklimit_lock);
 
 	for (int r = 0; r < n; r++)
@@ -493,7 +498,7 @@ pklimit_memory_stats(PG_FUNCTION_ARGS)
 		pklimit_memory_database_stats(dboids[r], &held, &lag_ms);
 		values[i++] = ObjectIdGetDatum(dboids[r]);
 		for (int c = PKLIMIT_STAT_MEMORY_CALLS; c < PKLIMIT_STAT_COUNT; c++)
-			values[i++] = counter_datum(counters[r][c]);
+			values[i++] = counter_datum(rows[r].counters[c]);
 		values[i++] = Int64GetDatum(held);
 		nulls[i] = (lag_ms < 0);
 		values[i++] = Float8GetDatum(Max(lag_ms, 0));
