@@ -4,9 +4,14 @@
 #
 #   bash bench/profile.sh                 (CLIENTS=64, KEYS=100000, DURATION=10)
 #   SCRIPT=plain bash bench/profile.sh    the plain statement instead
+#   SCRIPT=memory bash bench/profile.sh   the memory path (durable => false)
+#   SCRIPT=select1 bash bench/profile.sh  SELECT 1, the round-trip floor
+#   MODE=prepared bash bench/profile.sh   pgbench -M prepared (else simple)
+#   TOP=40 bash bench/profile.sh          the 40 top functions (else 15)
 #
-# Runs pgbench (pklimit_allow over KEYS random keys, or the design record's
-# plain statement) against a throwaway cluster while `perf record` samples
+# Runs pgbench (pklimit_allow over KEYS random keys, the same with durable
+# => false, the design record's plain statement, or SELECT 1) against a
+# throwaway cluster while `perf record` samples
 # every CPU (software clock events, 999 Hz), then splits the samples by who
 # ran (the pklimit worker, the other postgres processes, most of them the
 # callers' backends, pgbench, the rest, and idle) and by
@@ -19,7 +24,10 @@ CLIENTS=${CLIENTS:-64}
 KEYS=${KEYS:-100000}
 DURATION=${DURATION:-10}
 SCRIPT=${SCRIPT:-pklimit}
+MODE=${MODE:-simple}
 export PKLIMIT_MAX_CONNECTIONS=$((CLIENTS + 20))
+# room in memory for every key (the memory path's table, docs/memory.md)
+export PKLIMIT_EXTRA_CONF="pklimit.memory_keys = $((KEYS < 10000 ? 10000 : KEYS + KEYS / 4))"
 
 install_packages linux-perf
 build_and_install
@@ -35,7 +43,11 @@ CREATE TABLE plain_limits (key text PRIMARY KEY, window_start timestamptz NOT NU
 SQL
 {
 	echo "\\set k random(1, $KEYS)"
-	if [ "$SCRIPT" = plain ]; then
+	if [ "$SCRIPT" = select1 ]; then
+		echo "SELECT 1;"
+	elif [ "$SCRIPT" = memory ]; then
+		echo "SELECT pklimit_allow('k' || :k, 1000000000, '1 hour', durable => false);"
+	elif [ "$SCRIPT" = plain ]; then
 		echo "INSERT INTO plain_limits AS l (key, window_start, window_end, count)" \
 			"SELECT 'k' || :k, b.ws, b.ws + interval '1 hour', 1" \
 			"FROM (SELECT date_bin('1 hour', clock_timestamp(), '1970-01-01') AS ws) b" \
@@ -46,15 +58,21 @@ SQL
 		echo "SELECT pklimit_allow('k' || :k, 1000000000, '1 hour');"
 	fi
 } >"$B/script.sql"
+# the memory path reads each key in through the worker on its first call:
+# 16 clients read in a sixteenth of the keys each before the warm-up
+echo "SELECT count(*) FROM generate_series(:client_id * $(((KEYS + 15) / 16)) + 1, (:client_id + 1) * $(((KEYS + 15) / 16))) i
+ WHERE i <= $KEYS AND pklimit_allow('k' || i, 1000000000, '1 hour', durable => false);" >"$B/read_in.sql"
 chown -R $RUN_AS "$B"
 
+[ "$SCRIPT" != memory ] || as_user pgbench -n -c 16 -j 2 -t 1 -f "$B/read_in.sql" -h "$PGHOST" -p "$PGPORT" \
+	-U postgres "$PKLIMIT_DB" >/dev/null
 # a short warm-up starts the worker and fills the caches
-as_user pgbench -n -c "$CLIENTS" -j 2 -T 2 -f "$B/script.sql" -h "$PGHOST" -p "$PGPORT" \
+as_user pgbench -n -M "$MODE" -c "$CLIENTS" -j 2 -T 2 -f "$B/script.sql" -h "$PGHOST" -p "$PGPORT" \
 	-U postgres "$PKLIMIT_DB" >/dev/null 2>&1
 wpid=$(q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pklimit worker'")
 
 perf record -q -a -g -F 999 -e cpu-clock -o "$B/perf.data" -- \
-	runuser -u $RUN_AS -- env PATH="$PG_BIN:$PATH" pgbench -n -c "$CLIENTS" -j 2 -T "$DURATION" \
+	runuser -u $RUN_AS -- env PATH="$PG_BIN:$PATH" pgbench -n -M "$MODE" -c "$CLIENTS" -j 2 -T "$DURATION" \
 	-f "$B/script.sql" -h "$PGHOST" -p "$PGPORT" -U postgres "$PKLIMIT_DB" >"$B/pgbench.out" 2>&1
 calls=$(awk '/number of transactions actually processed/ { split($NF, a, "/"); print a[1] }' "$B/pgbench.out")
 
@@ -78,15 +96,15 @@ perf script -i "$B/perf.data" -F comm,pid,ip,dso 2>/dev/null |
 		END { for (k in count) print k, count[k], total }' |
 	sort >"$B/split.txt"
 
-echo "profile: $SCRIPT over $KEYS keys, $CLIENTS clients, $DURATION s, $calls calls, $(nproc) cores, 999 Hz samples"
+echo "profile: $SCRIPT over $KEYS keys, $CLIENTS clients, -M $MODE, $DURATION s, $calls calls, $(nproc) cores, 999 Hz samples"
 awk -v calls="$calls" '
 	{ us = $3 / 999 * 1000000 / calls; printf "  %-9s %-7s %6.1f us/call  (%4.1f %% of all samples)\n", $1, $2, us, 100 * $3 / $4 }
 	$1 != "idle" { tot += $3 } END { printf "  %-17s %6.1f us/call (idle left out)\n", "all", tot / 999 * 1000000 / calls }' "$B/split.txt"
 if [ -n "$wpid" ]; then
 	echo "the worker's top functions (self time)"
 	perf report -i "$B/perf.data" --pid "$wpid" --no-children --sort sym --stdio 2>/dev/null |
-		grep -E '^ +[0-9.]+%' | head -n 15 || true
+		grep -E '^ +[0-9.]+%' | head -n "${TOP:-15}" || true
 fi
 echo "every postgres process's top functions (self time)"
 perf report -i "$B/perf.data" --comms postgres --no-children --sort sym --stdio 2>/dev/null |
-	grep -E '^ +[0-9.]+%' | head -n 15 || true
+	grep -E '^ +[0-9.]+%' | head -n "${TOP:-15}" || true

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# bench/compare.sh: the durable path of two commits, side by side in one run.
+# As root on Debian 12:
+#
+#   bash bench/compare.sh BEFORE [AFTER]    (AFTER: HEAD; DURATION=5, ROUNDS=3)
+#
+# Each commit is built from `git archive` into its own directory and gets a
+# cluster of its own (pklimit preloaded, synchronous_commit on). Every round
+# installs one commit, starts its cluster, measures, stops it, then does the
+# same for the other, so both see the same machine; the medians of the rounds
+# are printed with AFTER / BEFORE. Measured with pklimit_allow's durable
+# defaults: one hot key at 8 clients and 100,000 keys at 64, with pgbench
+# -M simple and -M prepared, calls/s and the server's CPU per call. Reported,
+# not asserted: a change is one beyond the spread of the rounds.
+source "$(dirname "$0")/../scripts/common.sh"
+
+BEFORE=${1:?usage: bench/compare.sh BEFORE [AFTER]}
+AFTER=${2:-HEAD}
+DURATION=${DURATION:-5}
+ROUNDS=${ROUNDS:-3}
+
+install_packages
+WORKDIR=$(mktemp -d /tmp/pklimit.XXXXXX)
+chmod 755 "$WORKDIR"
+trap 'for c in a b; do as_user pg_ctl -D "$WORKDIR/$c/data" -m immediate stop >/dev/null 2>&1 || true; done; rm -rf "$WORKDIR"' EXIT
+export PGHOST=$WORKDIR PGPORT=$PKLIMIT_PORT PGUSER=postgres
+
+# build C REV: the commit's tree, built, in $WORKDIR/C/src
+build() {
+	mkdir -p "$WORKDIR/$1/src"
+	git -C "$PKLIMIT_SRC" archive "$2" | tar -x -C "$WORKDIR/$1/src"
+	chown -R $RUN_AS "$WORKDIR/$1"
+	log "building $2 ($(git -C "$PKLIMIT_SRC" rev-parse --short "$2"))"
+	as_user make -C "$WORKDIR/$1/src" PG_CONFIG=$PG_BIN/pg_config >/dev/null
+}
+# up C: install commit C and start its cluster (made on the first round)
+up() {
+	make -C "$WORKDIR/$1/src" PG_CONFIG=$PG_BIN/pg_config install >/dev/null
+	if [ ! -d "$WORKDIR/$1/data" ]; then
+		start_node "$WORKDIR/$1/data" "$PKLIMIT_PORT" "$WORKDIR/$1/server.log" \
+			"shared_preload_libraries = 'pklimit'
+max_connections = 100"
+		as_user createdb "$PKLIMIT_DB"
+		q -c "SET client_min_messages = error; CREATE EXTENSION pklimit" >/dev/null
+	else
+		as_user pg_ctl -D "$WORKDIR/$1/data" -l "$WORKDIR/$1/server.log" -w start >/dev/null
+	fi
+}
+down() { as_user pg_ctl -D "$WORKDIR/$1/data" -m fast -w stop >/dev/null; }
+
+build a "$BEFORE"
+build b "$AFTER"
+echo "\\set k random(1, 100000)" >"$WORKDIR/keys.sql"
+echo "SELECT pklimit_allow('k' || :k, 1000000000, '1 hour');" >>"$WORKDIR/keys.sql"
+echo "SELECT pklimit_allow('hot', 1000000000, '1 hour');" >"$WORKDIR/hot.sql"
+chown $RUN_AS "$WORKDIR"/*.sql
+
+# The server's CPU time so far, in clock ticks: the postmaster, its children
+# and the children it reaped.
+server_ticks() {
+	local pm f t=0
+	pm=$(head -n 1 "$WORKDIR/$1/data/postmaster.pid")
+	for p in $pm $(pgrep -P "$pm"); do
+		read -r -a f <"/proc/$p/stat" || continue
+		t=$((t + f[13] + f[14] + (p == pm ? f[15] + f[16] : 0)))
+	done
+	echo $t
+}
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
+# run C SCRIPT CLIENTS MODE: "calls/s us_per_call"
+run() {
+	local t0 out calls
+	t0=$(server_ticks "$1")
+	out=$(cd "$WORKDIR" && as_user pgbench -n -M "$4" -c "$3" -j 2 -T "$DURATION" -f "$WORKDIR/$2.sql" \
+		-h "$PGHOST" -p "$PGPORT" -U postgres "$PKLIMIT_DB" 2>&1) || { echo "$out" >&2; exit 1; }
+	calls=$(echo "$out" | awk '/number of transactions actually processed/ { split($NF, a, "/"); print a[1] }')
+	echo "$out" | awk -v ticks=$(($(server_ticks "$1") - t0)) -v tick_us="$TICK_US" -v calls="$calls" \
+		'/^tps/ { t = $3 } END { printf "%.1f %.0f\n", t, ticks * tick_us / calls }'
+}
+
+SCENARIOS=("hot 8 simple" "hot 8 prepared" "keys 64 simple" "keys 64 prepared")
+declare -A TPS CPU
+for r in $(seq 1 "$ROUNDS"); do
+	for c in a b; do
+		up $c
+		q -c "SELECT pklimit_allow('warm-up', 1, '1 hour')" >/dev/null
+		for s in "${SCENARIOS[@]}"; do
+			read -r script clients mode <<<"$s"
+			read -r tps cpu <<<"$(run $c "$script" "$clients" "$mode")"
+			TPS[$c $s]+="$tps " CPU[$c $s]+="$cpu "
+		done
+		down $c
+	done
+done
+
+med() { echo "$1" | tr ' ' '\n' | grep . | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+spread() { echo "$1" | tr ' ' '\n' | grep . | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s-%s", lo, hi }'; }
+echo "durable path, $BEFORE against $AFTER: $(nproc) cores, PostgreSQL $($PG_BIN/postgres -V | awk '{ print $3 }'), $DURATION s x $ROUNDS rounds, medians (range)"
+printf '  %-30s %22s %22s %8s %8s\n' scenario "$BEFORE calls/s" "$AFTER calls/s" ratio "CPU ratio"
+for s in "${SCENARIOS[@]}"; do
+	read -r script clients mode <<<"$s"
+	name="$([ "$script" = hot ] && echo "one hot key" || echo "100,000 keys"), $clients clients, -M $mode"
+	a=$(med "${TPS[a $s]}") b=$(med "${TPS[b $s]}")
+	printf '  %-30s %22s %22s %8s %8s\n' "$name" "$a ($(spread "${TPS[a $s]}"))" "$b ($(spread "${TPS[b $s]}"))" \
+		"$(echo "scale=2; $b / $a" | bc -l)" "$(echo "scale=2; $(med "${CPU[b $s]}") / $(med "${CPU[a $s]}")" | bc -l)"
+done
