@@ -22,7 +22,8 @@ ROUNDS=${ROUNDS:-3}
 install_packages
 WORKDIR=$(mktemp -d /tmp/pklimit.XXXXXX)
 chmod 755 "$WORKDIR"
-trap 'for c in a b; do as_user pg_ctl -D "$WORKDIR/$c/data" -m immediate stop >/dev/null 2>&1 || true; done; rm -rf "$WORKDIR"' EXIT
+chown $RUN_AS "$WORKDIR"
+trap '[ $? -eq 0 ] || tail -n 5 "$WORKDIR"/[ab]/server.log >&2 2>/dev/null; for c in a b; do as_user pg_ctl -D "$WORKDIR/$c/data" -m immediate stop >/dev/null 2>&1 || true; done; rm -rf "$WORKDIR"' EXIT
 export PGHOST=$WORKDIR PGPORT=$PKLIMIT_PORT PGUSER=postgres
 
 # build C REV: the commit's tree, built, in $WORKDIR/C/src
@@ -97,11 +98,11 @@ done
 med() { echo "$1" | tr ' ' '\n' | grep . | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 spread() { echo "$1" | tr ' ' '\n' | grep . | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s-%s", lo, hi }'; }
 echo "durable path, $BEFORE against $AFTER: $(nproc) cores, PostgreSQL $($PG_BIN/postgres -V | awk '{ print $3 }'), $DURATION s x $ROUNDS rounds, medians (range)"
-printf '  %-30s %22s %22s %8s %8s\n' scenario "$BEFORE calls/s" "$AFTER calls/s" ratio "CPU ratio"
+printf '  %-38s %24s %24s %6s %9s\n' scenario "$BEFORE calls/s" "$AFTER calls/s" ratio "CPU ratio"
 for s in "${SCENARIOS[@]}"; do
 	read -r script clients mode <<<"$s"
 	name="$([ "$script" = hot ] && echo "one hot key" || echo "100,000 keys"), $clients clients, -M $mode"
 	a=$(med "${TPS[a $s]}") b=$(med "${TPS[b $s]}")
-	printf '  %-30s %22s %22s %8s %8s\n' "$name" "$a ($(spread "${TPS[a $s]}"))" "$b ($(spread "${TPS[b $s]}"))" \
+	printf '  %-38s %24s %24s %6s %9s\n' "$name" "$a ($(spread "${TPS[a $s]}"))" "$b ($(spread "${TPS[b $s]}"))" \
 		"$(echo "scale=2; $b / $a" | bc -l)" "$(echo "scale=2; $(med "${CPU[b $s]}") / $(med "${CPU[a $s]}")" | bc -l)"
 done
