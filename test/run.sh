@@ -113,6 +113,9 @@ if [ "$examples" = 1 ]; then
 	# the framework clients (test/t/062, 063): Flask and flask-limiter on limits
 	extra+=(python3-psycopg-pool python3-flask python3-flask-limiter python3-limits python3-venv python3-pip)
 fi
+# the release test (test/t/120_release.pl): git for make dist, and
+# python3-jsonschema to validate META.json
+extra+=(git python3-jsonschema)
 install_packages "${extra[@]}"
 build_and_install
 start_cluster
