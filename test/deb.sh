@@ -89,7 +89,7 @@ if grep -qE 'pg_regress|pg_virtualenv' "$work/build.log"; then
 fi
 left=$(ls -d ./*.so src/*.o pklimit--*.sql 2>/dev/null || true)
 if [ -n "$left" ]; then
-	not_ok "the build left built files in the tree: $(echo $left)"
+	not_ok "the build left built files in the tree: $(tr '\n' ' ' <<<"$left")"
 else
 	ok "the build leaves no built file in the source tree"
 fi
@@ -116,7 +116,7 @@ for f in "${expected[@]}"; do
 done
 grep -qE "^\./usr/share/doc/$pkg/README\.md(\.gz)?$" <<<"$listing" || missing+=("README.md")
 if [ ${#missing[@]} -eq 0 ]; then
-	ok "$pkg holds pklimit.so, pklimit.control, $(echo $scripts | wc -w) SQL scripts, README, changelog, copyright"
+	ok "$pkg holds pklimit.so, pklimit.control, $(wc -w <<<"$scripts") SQL scripts, README, changelog, copyright"
 else
 	not_ok "$pkg lacks ${missing[*]}"
 fi
