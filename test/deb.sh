@@ -121,7 +121,9 @@ else
 	not_ok "$pkg lacks ${missing[*]}"
 fi
 depends=$(dpkg-deb -f "$deb" Depends) recommends=$(dpkg-deb -f "$deb" Recommends)
-if [[ ", $depends," == *", postgresql-$major,"* ]] && [[ ", $recommends," == *", postgresql-$major-cron,"* ]]; then
+# (newer pg_buildext adds the minor version built against: "(>> 17.12)")
+if [[ ", $depends," =~ ,\ postgresql-$major(\ \([^\)]*\))?, ]] &&
+	[[ ", $recommends," =~ ,\ postgresql-$major-cron(\ \([^\)]*\))?, ]]; then
 	ok "$pkg depends on postgresql-$major and recommends postgresql-$major-cron"
 else
 	not_ok "$pkg: Depends: $depends; Recommends: $recommends"
