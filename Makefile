@@ -58,6 +58,22 @@ pklimit--0.2.0--0.3.0.sql: src/sql/pklimit.sql Makefile
 # a script whose rule fails is not left half-written
 .DELETE_ON_ERROR:
 
+# The PGXN release: pklimit-<version>.zip of the committed tree (git
+# archive), META.json at its top.  Refused unless the committed META.json's
+# version is the control file's default_version.
+dist:
+	@control=$$(git show HEAD:pklimit.control | sed -n "s/^default_version = '\(.*\)'$$/\1/p"); \
+	meta=$$(git show HEAD:META.json | perl -MJSON::PP -0777 -ne 'print decode_json($$_)->{version}'); \
+	if [ -z "$$control" ] || [ "$$meta" != "$$control" ]; then \
+		echo "make dist: META.json says version $$meta, pklimit.control default_version $$control" >&2; \
+		exit 1; \
+	fi; \
+	rm -f pklimit-$$control.zip; \
+	git archive --format=zip --prefix=pklimit-$$control/ -o pklimit-$$control.zip HEAD && \
+	echo "pklimit-$$control.zip"
+
+.PHONY: dist
+
 # Lay out the sources as PostgreSQL's pgindent does.
 indent:
 	bash scripts/indent.sh

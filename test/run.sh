@@ -9,12 +9,16 @@
 # ("== not run: ..."), one per version (with why it stopped, if it stopped
 # before any test ran), and one line "N passed, N failed" (every version
 # added up), and exits non-zero on any failure.  Package installs wait for
-# another apt or dpkg to let go of its locks (scripts/apt.sh).
+# another apt or dpkg to let go of its locks (scripts/apt.sh).  Last, the
+# Debian package layer (test/deb.sh): postgresql-15-pklimit built, installed
+# in a chroot of its own, tested and purged.
 #
 #   bash test/run.sh               every layer on 15, 17 and 18
 #   bash test/run.sh --pg 17       one version (15, 17 or 18; or "all")
 #   bash test/run.sh sql           pg_regress and isolation specs only
 #   bash test/run.sh tap           TAP tests only
+#   bash test/run.sh deb           the Debian package layer only
+#   PKLIMIT_DEB_ALL=1              the package layer for 17 and 18 too
 #   bash test/run.sh sqlsmith      the long mode: sqlsmith against pklimit
 #                                  (SQLSMITH_QUERIES=20000), then no crash
 #   PKLIMIT_TAP_TESTS="031_static_workers 090_upgrade" bash test/run.sh tap
@@ -33,7 +37,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 		--pg) versions=${2:?--pg needs a version}; shift 2 ;;
 		--pg=*) versions=${1#--pg=}; shift ;;
-		all | sql | tap) layers=$1; shift ;;
+		all | sql | tap | deb) layers=$1; shift ;;
 		sqlsmith) exec bash "$here/sqlsmith.sh" ;;
 		*) echo "test/run.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
@@ -54,7 +58,23 @@ host_major() {
 # and add up their summary lines.
 if [ -z "${PKLIMIT_ONE_VERSION:-}" ]; then
 	total_p=0 total_f=0 summary=() not_run=()
-	for v in $versions; do
+	# add_up NAME OUT RC START: a run's summary line, its tests not run and
+	# its time added to the totals
+	add_up() {
+		local name=$1 out=$2 rc=$3 start=$4 line p=0 f=1 why= skipped
+		line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1 || true)
+		while IFS= read -r skipped; do
+			not_run+=("$name: $skipped")
+		done < <(sed -nE 's/^ +([0-9a-z_-]+)(\.pl)?: not run:? /\1: /p' "$out")
+		[[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]] && p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
+		[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+		# a run that stopped before its tests ran: its last words say why
+		[ -z "$line" ] && why=": stopped before any test ran, after: $(grep -v '^[[:space:]]*$' "$out" | tail -n 1)"
+		rm -f "$out"
+		total_p=$((total_p + p)) total_f=$((total_f + f))
+		summary+=("$name: $p passed, $f failed ($(($(date +%s) - start)) s)$why")
+	}
+	[ "$layers" = deb ] || for v in $versions; do
 		start=$(date +%s)
 		out=$(mktemp)
 		rc=0
@@ -68,19 +88,24 @@ if [ -z "${PKLIMIT_ONE_VERSION:-}" ]; then
 				bash /opt/pklimit/test/run.sh "$layers" \
 				2>&1 | tee "$out" || rc=$?
 		fi
-		line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1 || true)
-		while IFS= read -r skipped; do
-			not_run+=("PostgreSQL $v: $skipped")
-		done < <(sed -nE 's/^ +([0-9a-z_]+)(\.pl)?: not run:? /\1: /p' "$out")
-		p=0 f=1 why=
-		[[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]] && p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
-		[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-		# a version that stopped before its tests ran: its last words say why
-		[ -z "$line" ] && why=": stopped before any test ran, after: $(grep -v '^[[:space:]]*$' "$out" | tail -n 1)"
-		rm -f "$out"
-		total_p=$((total_p + p)) total_f=$((total_f + f))
-		summary+=("PostgreSQL $v: $p passed, $f failed ($(($(date +%s) - start)) s)$why")
+		add_up "PostgreSQL $v" "$out" "$rc" "$start"
 	done
+	# The Debian packages: 15's always, 17's and 18's with PKLIMIT_DEB_ALL=1
+	# (each builds a chroot of its own).
+	if [ "$layers" = all ] || [ "$layers" = deb ]; then
+		for v in $versions; do
+			if [ "$v" != 15 ] && [ "${PKLIMIT_DEB_ALL:-}" != 1 ]; then
+				not_run+=("postgresql-$v-pklimit: the package is built with PKLIMIT_DEB_ALL=1 only")
+				continue
+			fi
+			start=$(date +%s)
+			out=$(mktemp)
+			rc=0
+			echo "== the Debian package postgresql-$v-pklimit (test/deb.sh)"
+			bash "$here/deb.sh" "$v" 2>&1 | tee "$out" || rc=$?
+			add_up "postgresql-$v-pklimit" "$out" "$rc" "$start"
+		done
+	fi
 	[ ${#not_run[@]} -gt 0 ] && printf '== not run: %s\n' "${not_run[@]}"
 	printf '== %s\n' "${summary[@]}"
 	echo "$total_p passed, $total_f failed"
@@ -113,6 +138,9 @@ if [ "$examples" = 1 ]; then
 	# the framework clients (test/t/062, 063): Flask and flask-limiter on limits
 	extra+=(python3-psycopg-pool python3-flask python3-flask-limiter python3-limits python3-venv python3-pip)
 fi
+# the release test (test/t/120_release.pl): git for make dist, and
+# python3-jsonschema to validate META.json
+extra+=(git python3-jsonschema)
 install_packages "${extra[@]}"
 build_and_install
 start_cluster
