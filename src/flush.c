@@ -30,12 +30,26 @@ static TimestampTz last_flush = 0;
 static Oid	read_relid = InvalidOid;
 static uint32 read_generation = 0;
 
+/*
+ * Microseconds since the last flush started; a clock stepped back before it
+ * counts as a whole interval, so the flush runs at once and its start sets
+ * flushed_through by the new clock (memory calls fall back meanwhile).
+ */
+static int64
+since_last_flush(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (now < last_flush)
+		return (int64) pklimit_flush_interval * 1000;
+	return now - last_flush;
+}
+
 bool
 pklimit_flush_due(void)
 {
 	return pklimit_memory_keys > 0 &&
-		GetCurrentTimestamp() - last_flush >=
-		(int64) pklimit_flush_interval * 1000;
+		since_last_flush() >= (int64) pklimit_flush_interval * 1000;
 }
 
 /* Milliseconds until the next flush is due; -1: never (no memory path). */
@@ -46,8 +60,7 @@ pklimit_flush_wait_ms(void)
 
 	if (pklimit_memory_keys == 0)
 		return -1;
-	left = (int64) pklimit_flush_interval * 1000 -
-		(GetCurrentTimestamp() - last_flush);
+	left = (int64) pklimit_flush_interval * 1000 - since_last_flush();
 	return (long) Max(left / 1000, 0);
 }
 
@@ -328,13 +341,13 @@ pklimit_take_from_memory(PklimitEntry **entries, int n,
  * In the transaction that applied entries, before its commit: the rows of
  * the memory calls' keys as it leaves them, to read in after the commit.
  * Not on a Citus table (each node would count apart), nor on a table before
- * 0.3.0.
+ * 0.3.0, nor while memory lags (a fallen-back call costs one durable call).
  */
 void
 pklimit_read_rows(PklimitEntry **entries, int n, const PklimitTable *table)
 {
 	bool		can = pklimit_memory_keys > 0 && table->version >= 3 &&
-	!table->citus;
+	!table->citus && !pklimit_memory_lagging();
 
 	read_relid = table->relid;
 	read_generation = can ? pklimit_memory_generation() : 0;

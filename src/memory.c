@@ -1031,9 +1031,13 @@ pklimit_memory_stay_all(void)
 	}
 }
 
-/* Is this database's memory open and its flush lag within the bound now? */
+/*
+ * Is this database's memory open but its flush lag past the bound now?  Then
+ * the worker reads no key in: its calls could not be decided there anyway.
+ * Closed memory (a worker before its first flush) does not lag.
+ */
 bool
-pklimit_memory_flushed_enough(void)
+pklimit_memory_lagging(void)
 {
 	int			d;
 	uint64		through;
@@ -1042,9 +1046,9 @@ pklimit_memory_flushed_enough(void)
 		return false;
 	d = this_database();
 	if (d < 0)
-		return true;			/* nothing held: nothing behind */
+		return false;
 	through = pg_atomic_read_u64(&shared->databases[d].flushed_through);
-	return lag_within_bound(through, GetCurrentTimestamp());
+	return through != 0 && !lag_within_bound(through, GetCurrentTimestamp());
 }
 
 /* Does this database hold entries? */
@@ -1137,8 +1141,9 @@ pklimit_memory_database_stats(Oid dboid, int64 *held, double *lag_ms)
 		uint64		through = pg_atomic_read_u64(&shared->databases[d].flushed_through);
 
 		*held = shared->databases[d].held;
+		/* a clock stepped back shows as lag, as lag_within_bound counts it */
 		if (through != 0)
-			*lag_ms = (double) Max(0, GetCurrentTimestamp() -
+			*lag_ms = (double) Abs(GetCurrentTimestamp() -
 								   (TimestampTz) through) / 1000.0;
 	}
 	LWLockRelease(shared->control_lock);

@@ -583,7 +583,7 @@ extern void pklimit_memory_leave(const PklimitMemoryCopy *copies, int n,
 								 bool stay);
 extern bool pklimit_memory_held(void);
 extern void pklimit_memory_stay_all(void);
-extern bool pklimit_memory_flushed_enough(void);
+extern bool pklimit_memory_lagging(void);
 extern int	pklimit_memory_shed(void);
 extern void pklimit_memory_forget_database(Oid dboid);
 extern void pklimit_memory_database_stats(Oid dboid, int64 *held,

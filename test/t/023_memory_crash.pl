@@ -19,7 +19,9 @@
 # memory key at least the calls acknowledged before T - 2 x interval - slack,
 # T the last acknowledged memory call of the round (a memory call is decided
 # only while the last committed flush started at most 2 x interval before;
-# slack, one interval, is for its answer to reach the client).
+# slack, 1 s, is for its answer to reach the client).  In round 1 the worker
+# sees the postmaster die and exits through its last flush, so the bound is
+# loose there; rounds 2 and 3 kill the worker itself.
 use strict;
 use warnings;
 use FindBin;
@@ -31,6 +33,8 @@ use IPC::Run;
 use PklimitTest;
 
 my $INTERVAL_MS = 200;
+# time for an answer to reach pgbench's log, on a loaded machine
+my $SLACK_MS = 1000;
 my $CLIENTS = 6;
 my $node = pklimit_node('memory_crash',
 	"restart_after_crash = on\nmax_connections = 40\nlog_statement = none\n"
@@ -118,7 +122,7 @@ for my $round (1 .. 3)
 	}
 	my %stored = map { split /\|/ } split /\n/,
 	  sql("SELECT substr(key, 3), count FROM platformkit_limits WHERE key LIKE 'g:r$round-%'");
-	my $cutoff = $last - (2 * $INTERVAL_MS + $INTERVAL_MS) / 1000;
+	my $cutoff = $last - (2 * $INTERVAL_MS + $SLACK_MS) / 1000;
 	my ($over, $lost_durable, $lost_early, $before, $lost) = (0, 0, 0, 0, 0);
 	for my $key (sort keys %acked)
 	{

@@ -1,7 +1,7 @@
 # Unavailable stores: with max_worker_processes exhausted no worker can
 # start, and calls answer at once as no_worker, whatever their budget, with
 # the failure in the server log but no flood; on a hot standby calls answer
-# as read_only.
+# as read_only, memory calls too.
 use strict;
 use warnings;
 use FindBin;
@@ -53,6 +53,19 @@ is($standby->safe_psql('postgres',
 	'1|1|1', "the standby's pklimit_stats counts it as read_only");
 like($err, qr/pklimit store unavailable: read_only/, 'with a warning');
 is($primary->safe_psql('postgres', "SELECT pklimit_count('replicated')"), '1', 'and records nothing');
+# the memory path too: a key decided in the primary's memory is not in the
+# standby's, and the standby's worker-less memory decides nothing
+$primary->safe_psql('postgres',
+	"SELECT pklimit_allow('in-memory', 5, '36500 days', durable => false) FROM generate_series(1, 3)");
+$primary->wait_for_catchup($standby);
+($out, $err) = timed_psql($standby, 'postgres',
+	"SELECT allowed, status FROM pklimit_check('in-memory', 5, '36500 days', durable => false)"
+	  . " UNION ALL SELECT allowed, status FROM pklimit_check('replicated', 5, '36500 days', durable => false)");
+is($out, "t|read_only\nt|read_only", 'a hot standby answers a memory call read_only, for any key');
+is($standby->safe_psql('postgres',
+	"SELECT concat_ws('|', calls, read_only, memory_calls) FROM pklimit_stats WHERE datname = 'postgres'"),
+	'3|3|0', 'the standby decided none of them in memory');
+is($primary->safe_psql('postgres', "SELECT pklimit_count('in-memory')"), '3', 'and the primary counts 3');
 $standby->stop;
 $primary->stop;
 done_testing();

@@ -22,7 +22,7 @@ use IPC::Run;
 use PklimitTest;
 
 my $node = pklimit_node('memory_full',
-	"pklimit.memory_keys = 50\npklimit.max_workers = 2\npklimit.flush_interval = 100ms\n"
+	"pklimit.memory_keys = 50\npklimit.max_workers = 2\npklimit.flush_interval = 1s\n"
 	  . "max_connections = 40\nlog_statement = none\n");
 
 sub sql { return $node->safe_psql($_[1] // 'postgres', $_[0]); }
@@ -88,7 +88,7 @@ close $fh;
 my ($reads0, $evictions0) = split /\|/, mem_stat('memory_reads, memory_evictions');
 my ($out, $err) = ('', '');
 my $bench = IPC::Run::start(
-	[ 'pgbench', '-n', '-c', 4, '-j', 2, '-T', 20, '-f', $script, '-h', $node->host, '-p', $node->port, 'postgres' ],
+	[ 'pgbench', '-n', '-c', 4, '-j', 2, '-T', 60, '-f', $script, '-h', $node->host, '-p', $node->port, 'postgres' ],
 	'>', \$out, '2>', \$err);
 ok($node->poll_query_until('postgres',
 	"SELECT memory_reads > $reads0 + 200 FROM pklimit_stats WHERE datname = 'postgres'"),

@@ -58,7 +58,7 @@ is(sql(q{SELECT string_agg(substr(key, 3), ',' ORDER BY key) FROM platformkit_li
 	'purge: the rows of the ended keys, of memory and durable, are gone');
 is(sql("SELECT pklimit_count('live') || '|' || pklimit_count('dead-mem')"), '3|0',
 	'purge: pklimit_count agrees');
-sql("ALTER SYSTEM SET pklimit.flush_interval = '100ms'; SELECT pg_reload_conf()");
+sql("ALTER SYSTEM SET pklimit.flush_interval = '500ms'; SELECT pg_reload_conf()");
 call('live', '36500 days');
 call('revive', '36500 days');
 ok($node->poll_query_until('postgres', q{SELECT string_agg(substr(key, 3) || '=' || count, ',' ORDER BY key)
