@@ -109,20 +109,22 @@ class PklimitStore {
   // key flows through the subquery so that the function, which depends on
   // it, runs after set_config; OFFSET 0 keeps the subquery from being
   // flattened away.  No statement is named: named prepared statements do
-  // not survive a pooler in transaction mode.  durable is a bind parameter
-  // of every pklimit_check (the peek too) and pklimit_decrement;
-  // pklimit_count and pklimit_forget are exact on both paths.
+  // not survive a pooler in transaction mode.  durable => false goes into
+  // every pklimit_check (the peek too) and pklimit_decrement, and only when
+  // it is false, as algorithm: the default statements are those any pklimit
+  // 0.3.0 takes; pklimit_count and pklimit_forget are exact on both paths.
   buildQueries(s) {
+    const durable = this.durable ? '' : ', durable => false';
     const tenantAndKey =
       "(SELECT pg_catalog.set_config('platformkit.tenant', $1, true) AS tenant, $2::text AS key OFFSET 0) t";
     const check = (algorithm) =>
       `SELECT c.allowed, c.count, c.reset_at, extract(epoch FROM c.retry_after) * 1000 AS retry_ms, c.status FROM ${tenantAndKey},` +
-      ` LATERAL ${s}pklimit_check(t.key, $3::bigint, $4::interval, cost => $5::bigint, durable => $6::boolean` +
-      (algorithm ? ', algorithm => $7::text' : '') + ') c';
+      ` LATERAL ${s}pklimit_check(t.key, $3::bigint, $4::interval, cost => $5::bigint${durable}` +
+      (algorithm ? ', algorithm => $6::text' : '') + ') c';
     this.sql = {
       check: check(false),
       checkAlgorithm: check(true),
-      decrement: `SELECT ${s}pklimit_decrement(t.key, 1, durable => $3::boolean) AS count FROM ${tenantAndKey}`,
+      decrement: `SELECT ${s}pklimit_decrement(t.key, 1${durable}) AS count FROM ${tenantAndKey}`,
       forget: `SELECT ${s}pklimit_forget(t.key) AS forgotten FROM ${tenantAndKey}`,
     };
   }
@@ -172,7 +174,7 @@ class PklimitStore {
     // gcra and sliding count against max_count: with a limit computed per
     // request there is none, and their counts would mean nothing.
     const algorithm = this.limitIsNumber ? this.algorithm : undefined;
-    const params = [tenant, this.prefix + key, this.maxCount, this.window, cost, this.durable];
+    const params = [tenant, this.prefix + key, this.maxCount, this.window, cost];
     if (algorithm) params.push(algorithm);
     const { rows } = await this.pool.query(algorithm ? this.sql.checkAlgorithm : this.sql.check, params);
     return rows[0];
@@ -223,7 +225,7 @@ class PklimitStore {
   async decrement(key) {
     const tenant = this.tenantFor(key);
     if (this.skipsDecrement(tenant, key)) return;
-    const { rows } = await this.pool.query(this.sql.decrement, [tenant, this.prefix + key, this.durable]);
+    const { rows } = await this.pool.query(this.sql.decrement, [tenant, this.prefix + key]);
     if (rows[0].count === null) {
       this.warn(`rate-limit-pklimit: store unavailable for decrement of key ${this.prefix + key}: nothing taken back`);
     }

@@ -171,19 +171,22 @@ class PklimitStorage(Storage):
         scoped = sql.SQL(
             "(SELECT pg_catalog.set_config('platformkit.tenant', %s::text, true) AS tenant,"
             " %s::text AS key OFFSET 0) t")
+        # only when false: the default statements are those any pklimit
+        # 0.3.0 takes
+        durable_arg = sql.SQL("") if durable else sql.SQL(", durable => false")
         return {
             "incr": sql.SQL(
                 "SELECT c.allowed, c.count, c.status FROM {scoped},"
                 " LATERAL {check}(t.key, {no_limit}, %s::bigint * interval '1 second',"
-                " cost => %s::bigint, durable => {durable}) c").format(
+                " cost => %s::bigint{durable}) c").format(
                     scoped=scoped, check=fn("pklimit_check"), no_limit=sql.Literal(NO_LIMIT),
-                    durable=sql.Literal(durable)),
+                    durable=durable_arg),
             "peek": sql.SQL(
                 "SELECT c.count, extract(epoch FROM c.reset_at)::float8, c.status FROM {scoped},"
-                " LATERAL {check}(t.key, {no_limit}, interval '1 second', cost => 0,"
-                " durable => {durable}) c").format(
+                " LATERAL {check}(t.key, {no_limit}, interval '1 second', cost => 0{durable})"
+                " c").format(
                     scoped=scoped, check=fn("pklimit_check"), no_limit=sql.Literal(NO_LIMIT),
-                    durable=sql.Literal(durable)),
+                    durable=durable_arg),
             "get": sql.SQL(
                 "SELECT {count}(t.key), pg_catalog.current_setting('pklimit.on_unavailable')"
                 " FROM {scoped}").format(scoped=scoped, count=fn("pklimit_count")),
