@@ -196,7 +196,7 @@ async() {
 # benchmark.
 pgb() {
 	local opts= db=${3:-$PKLIMIT_DB} script=${1%_nostats} before ticks0 out calls logs mode=simple
-	local watch= stats0 mem=
+	local watch= stats0 stats1 mem=
 	[[ $1 == *_nostats ]] && opts="-c pklimit.track_stats=off"
 	[[ $1 == *_prepared ]] && mode=prepared
 	script=${script%_prepared}
@@ -217,12 +217,17 @@ pgb() {
 		echo "$out" | tail -n 5 >&2
 		exit 1
 	}
-	[ -z "$watch" ] || wait "$watch"
+	# rows flushed over pgbench's run only (the lag's samples may run on a
+	# little after it)
+	if [ -n "$watch" ]; then
+		stats1=$(memory_stats)
+		wait "$watch"
+	fi
 	# the sessions' backends exit after pgbench: their CPU time counts once reaped
 	for _ in $(seq 1 50); do [ "$(children)" -le "$before" ] && break; sleep 0.1; done
 	calls=$(echo "$out" | awk '/number of transactions actually processed/ { split($NF, a, "/"); print a[1] }')
 	[ "${calls:-0}" -gt 0 ] || { echo "bench: no call made on $1 with $2 clients in $db" >&2; exit 1; }
-	[ -z "$watch" ] || mem=" $(memory_delta "$stats0" "$(memory_stats)" "$calls" "$logs/lag")"
+	[ -z "$watch" ] || mem=" $(memory_delta "$stats0" "$stats1" "$calls" "$logs/lag")"
 	echo "$out" | awk -v ticks=$(($(server_ticks) - ticks0)) -v tick_us="$TICK_US" -v calls="${calls:-0}" \
 		-v p99="$(p99 "$logs"/log.*)" -v mem="$mem" \
 		'/^latency average/ { l = $4 } /^tps/ { t = $3 }
