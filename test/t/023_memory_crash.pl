@@ -74,7 +74,7 @@ for my $round (1 .. 3)
 			'postgres' ],
 		'>', \$out, '2>', \$err);
 	ok($node->poll_query_until('postgres',
-		"SELECT memory_calls >= 3000 AND flushes >= 5 AND events - memory_calls >= 100"
+		"SELECT memory_calls >= 3000 AND flushes >= 20 AND events - memory_calls >= 100"
 		  . " FROM pklimit_stats WHERE datname = 'postgres'"),
 		"round $round: the load runs, calls decided in memory and flushed");
 
