@@ -63,7 +63,7 @@ server_ticks() {
 	local pm f t=0
 	pm=$(head -n 1 "$WORKDIR/$1/data/postmaster.pid")
 	for p in $pm $(pgrep -P "$pm"); do
-		read -r -a f <"/proc/$p/stat" || continue
+		{ read -r -a f <"/proc/$p/stat"; } 2>/dev/null || continue	# gone meanwhile
 		t=$((t + f[13] + f[14] + (p == pm ? f[15] + f[16] : 0)))
 	done
 	echo $t
