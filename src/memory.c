@@ -1143,8 +1143,11 @@ pklimit_memory_database_stats(Oid dboid, int64 *held, double *lag_ms)
 		*held = shared->databases[d].held;
 		/* a clock stepped back shows as lag, as lag_within_bound counts it */
 		if (through != 0)
-			*lag_ms = (double) Abs(GetCurrentTimestamp() -
-								   (TimestampTz) through) / 1000.0;
+		{
+			int64		lag = GetCurrentTimestamp() - (TimestampTz) through;
+
+			*lag_ms = (double) (lag < 0 ? -lag : lag) / 1000.0;
+		}
 	}
 	LWLockRelease(shared->control_lock);
 }
