@@ -36,6 +36,25 @@ def get(base, client, tenant=None):
         return error.code, error.headers
 
 
+def exact_429_and_headers(case, a, b, client):
+    """Seven requests of client, by turns on replicas a and b under "5 per
+    hour": five pass and two get 429, each with the X-RateLimit-* headers and
+    a Retry-After of the one window they share."""
+    wait_for_room(HOUR)
+    reset = window_end(HOUR)
+    started = time.time()
+    answers = [get(base, client) for base in (a, b, a, b, a, b, a)]
+    case.assertEqual([status for status, _ in answers], [200] * 5 + [429] * 2)
+    for i, (status, headers) in enumerate(answers):
+        case.assertEqual(headers["X-RateLimit-Limit"], "5")
+        case.assertEqual(headers["X-RateLimit-Remaining"], str(max(0, 4 - i)))
+        # flask-limiter renders the storage's expiry as int(expiry) + 1
+        case.assertEqual(headers["X-RateLimit-Reset"], str(int(reset) + 1))
+        retry_after = int(headers["Retry-After"])
+        case.assertLessEqual(retry_after, int(reset) + 1 - math.floor(started) + 1)
+        case.assertGreaterEqual(retry_after, int(reset) - math.ceil(time.time()) - 1)
+
+
 class Served:
     """An application served on a free port in a thread of this process."""
 
@@ -64,20 +83,7 @@ class Replicas(unittest.TestCase):
 
     def test_exact_429_and_headers_across_replicas(self):
         client = unique("headers")
-        a, b = self.replicas("5 per hour")
-        wait_for_room(HOUR)
-        reset = window_end(HOUR)
-        started = time.time()
-        answers = [get(base, client) for base in (a, b, a, b, a, b, a)]
-        self.assertEqual([status for status, _ in answers], [200] * 5 + [429] * 2)
-        for i, (status, headers) in enumerate(answers):
-            self.assertEqual(headers["X-RateLimit-Limit"], "5")
-            self.assertEqual(headers["X-RateLimit-Remaining"], str(max(0, 4 - i)))
-            # flask-limiter renders the storage's expiry as int(expiry) + 1
-            self.assertEqual(headers["X-RateLimit-Reset"], str(int(reset) + 1))
-            retry_after = int(headers["Retry-After"])
-            self.assertLessEqual(retry_after, int(reset) + 1 - math.floor(started) + 1)
-            self.assertGreaterEqual(retry_after, int(reset) - math.ceil(time.time()) - 1)
+        exact_429_and_headers(self, *self.replicas("5 per hour"), client)
         (key, count), = rows(client)
         self.assertEqual(count, 7, "every request counts, refused ones too")
         self.assertTrue(key.startswith("g:LIMITER/" + client), key)
