@@ -6,11 +6,12 @@ OBJS = src/pklimit.o src/api.o src/key.o src/queue.o src/registry.o src/worker.o
 	src/guards.o src/cron.o src/memory.o src/flush.o
 
 EXTENSION = pklimit
-# Every script is written from one source, src/sql/pklimit.sql (rules
-# below); released ones are frozen.  After 0.2.0 there are only updates,
-# and CREATE EXTENSION walks the chain.
-DATA_built = pklimit--0.1.0.sql pklimit--0.2.0.sql pklimit--0.1.0--0.2.0.sql \
+# Released scripts are committed as released and frozen; the update being
+# written is built from its source in src/sql/ (rule below).  After 0.2.0
+# there are only updates, and CREATE EXTENSION walks the chain.
+DATA = pklimit--0.1.0.sql pklimit--0.2.0.sql pklimit--0.1.0--0.2.0.sql \
 	pklimit--0.2.0--0.3.0.sql
+DATA_built = pklimit--0.3.0--0.4.0.sql
 PGFILEDESC = "pklimit - shared, exact, durable rate limits"
 
 # every sql/*.sql, every test/isolation/specs/*.spec, every test/t/*.pl
@@ -39,21 +40,14 @@ include $(PGXS)
 # dependencies by itself).
 $(OBJS) $(OBJS:.o=.bc): src/pklimit.h src/compat.h
 
-# A script is the sections of src/sql/pklimit.sql whose line "--- ... ---"
-# names its version, in order.
-sql_script = awk -v want=$(1) '/^--- [0-9. -]+ ---$$/ { on = 0; for (i = 2; i < NF; i++) if ($$i == want) on = 1; next } on' $< >$@
+# An update is its source in src/sql/ with each line "--@include <file>"
+# replaced by that fragment of src/sql/ (src/sql/guard.sql and the like,
+# which every update shares).
+SQL_FRAGMENTS = $(wildcard src/sql/[a-z]*.sql)
 
-pklimit--0.1.0.sql: src/sql/pklimit.sql Makefile
-	$(call sql_script,0.1.0)
-
-pklimit--0.2.0.sql: src/sql/pklimit.sql Makefile
-	$(call sql_script,0.2.0)
-
-pklimit--0.1.0--0.2.0.sql: src/sql/pklimit.sql Makefile
-	$(call sql_script,0.1.0--0.2.0)
-
-pklimit--0.2.0--0.3.0.sql: src/sql/pklimit.sql Makefile
-	$(call sql_script,0.2.0--0.3.0)
+pklimit--0.3.0--0.4.0.sql: src/sql/pklimit--0.3.0--0.4.0.sql $(SQL_FRAGMENTS) Makefile
+	awk '/^--@include [a-z_]+\.sql$$/ { f = "src/sql/" $$2; while ((getline l < f) > 0) print l; \
+		if (close(f) != 0) exit 1; next } { print }' $< >$@
 
 # a script whose rule fails is not left half-written
 .DELETE_ON_ERROR:

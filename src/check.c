@@ -3,11 +3,13 @@
  * check.c
  *		The recording calls: pklimit_allow and pklimit_check on one key
  *		(with the arguments of 0.1.0, with cost, record_refused and block
- *		from 0.2.0, and with algorithm from 0.3.0), and pklimit_check_all
- *		and pklimit_allow_all on several keys at once (0.2.0 and 0.3.0).  Each checks its arguments, makes its requests (one per
- *		key; the keys of one call make one group, recorded together or not
- *		at all) and turns the answers into its result.  What a call decides
- *		is the worker's (unit.c, limit.c); nothing here touches the table.
+ *		from 0.2.0, with algorithm and durable from 0.3.0, and with anchor
+ *		from 0.4.0), and pklimit_check_all and pklimit_allow_all on several
+ *		keys at once (from 0.2.0).  Each checks its arguments, makes its
+ *		requests (one per key; the keys of one call make one group, recorded
+ *		together or not at all) and turns the answers into its result.  What
+ *		a call decides is the worker's (unit.c, limit.c); nothing here
+ *		touches the table.
  *
  *-------------------------------------------------------------------------
  */
@@ -57,7 +59,8 @@ kind_of(const PklimitCall *call, int keys)
 /*
  * The options of a call, from argument first on: cost (events, 0 or more),
  * record_refused, block (NULL: none) and, from 0.3.0, algorithm and
- * durable.
+ * durable, and from 0.4.0 anchor (the functions of 0.3.0 and 0.4.0 share
+ * their C functions: 0.4.0's have one argument more).
  */
 static void
 options_args(FunctionCallInfo fcinfo, int first, Arguments args,
@@ -76,6 +79,7 @@ options_args(FunctionCallInfo fcinfo, int first, Arguments args,
 	call->block_usec = PG_ARGISNULL(first + 2) ? 0 :
 		pklimit_window_value(PG_GETARG_INTERVAL_P(first + 2), "block");
 	call->algorithm = PKLIMIT_FIXED;
+	call->anchor = PKLIMIT_ANCHOR_EPOCH;
 	call->memory = false;
 	if (args >= ARGS_0_3)
 	{
@@ -87,6 +91,13 @@ options_args(FunctionCallInfo fcinfo, int first, Arguments args,
 		{
 			pklimit_arg_not_null(fcinfo, first + 4, "durable");
 			call->memory = !PG_GETARG_BOOL(first + 4);
+		}
+		/* anchor, from 0.4.0 on */
+		if (PG_NARGS() > first + 5)
+		{
+			pklimit_arg_not_null(fcinfo, first + 5, "anchor");
+			call->anchor = pklimit_anchor_value(PG_GETARG_TEXT_PP(first + 5),
+												call->algorithm);
 		}
 	}
 }

@@ -184,6 +184,42 @@ pklimit_algorithm_value(text *name, const char *what)
 	return algorithm;
 }
 
+static const char *const anchor_names[] = {
+	[PKLIMIT_ANCHOR_EPOCH] = "epoch",
+	[PKLIMIT_ANCHOR_FIRST] = "first",
+};
+
+/*
+ * The anchor a caller named, for a call of algorithm: only a fixed window
+ * starts where its first event is (GCRA has no window to start, and the
+ * sliding window weighs the window before, which must end where the current
+ * one starts).
+ */
+PklimitAnchor
+pklimit_anchor_value(text *name, PklimitAlgorithm algorithm)
+{
+	char	   *s = text_to_cstring(name);
+	int			anchor = -1;
+
+	for (int a = 0; a < lengthof(anchor_names); a++)
+		if (strcmp(s, anchor_names[a]) == 0)
+			anchor = a;
+	if (anchor < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown anchor \"%s\"", s),
+				 errhint("The anchors are epoch (windows aligned to the Unix epoch) and first (a window starts at its first event).")));
+	if (anchor != PKLIMIT_ANCHOR_EPOCH && algorithm != PKLIMIT_FIXED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("anchor \"%s\" is for the fixed window only", s),
+				 errdetail("The algorithm is %s.", pklimit_algorithm_name(algorithm)),
+				 errhint("Leave anchor out, or give 'epoch', with algorithm %s.",
+						 pklimit_algorithm_name(algorithm))));
+	pfree(s);
+	return (PklimitAnchor) anchor;
+}
+
 /*
  * The SQL fragments below are of the folded upsert (store.c), on the key's
  * row l: $1 is the key, $2 and $3 the start and end of the window the call
@@ -194,7 +230,7 @@ pklimit_algorithm_value(text *name, const char *what)
 #define UNIX_EPOCH \
 	((TimestampTz) (UNIX_EPOCH_JDATE - POSTGRES_EPOCH_JDATE) * USECS_PER_DAY)
 
-/* The start of the fixed window of length window_usec that holds now. */
+/* The start of the epoch-aligned window of length window_usec holding now. */
 static TimestampTz
 window_start(TimestampTz now, int64 window_usec)
 {
@@ -204,18 +240,27 @@ window_start(TimestampTz now, int64 window_usec)
 	return now - (into < 0 ? into + window_usec : into);
 }
 
+/* Where a fixed window of the call's length, started by a call at now, starts. */
+static TimestampTz
+fixed_start(TimestampTz now, const PklimitCall *call, int64 window_usec)
+{
+	if (call->anchor == PKLIMIT_ANCHOR_FIRST)
+		return now;
+	return window_start(now, window_usec);
+}
+
 /*
- * The row of the window of length window_usec a call at now starts,
- * nothing counted in it yet: the upsert's $2 and $3.
+ * The row of the fixed window a call at now starts, nothing counted in it
+ * yet: the upsert's $2 and $3.
  */
 void
-pklimit_new_window(TimestampTz now, int64 window_usec, PklimitRow *row)
+pklimit_new_window(TimestampTz now, const PklimitCall *call, PklimitRow *row)
 {
 	memset(row, 0, sizeof(*row));
 	row->exists = true;
 	row->algorithm = PKLIMIT_FIXED;
-	row->window_start = window_start(now, window_usec);
-	row->window_end = row->window_start + window_usec;
+	row->window_start = fixed_start(now, call, call->window_usec);
+	row->window_end = row->window_start + call->window_usec;
 }
 
 #define SQL_WINDOW_OPEN "l.window_end OPERATOR(pg_catalog.>) $5"
@@ -359,7 +404,7 @@ state_of(const PklimitRow *row, const PklimitCall *call, TimestampTz now,
 	{
 		case PKLIMIT_FIXED:
 			st->start = st->from_row ? row->window_start :
-				window_start(now, st->window);
+				fixed_start(now, call, st->window);
 			st->count = st->from_row ? row->count : 0;
 			break;
 		case PKLIMIT_GCRA:

@@ -105,6 +105,18 @@ typedef enum PklimitAlgorithm
 } PklimitAlgorithm;
 
 /*
+ * Where a fixed window starts (limit.c; docs/algorithms.md, "Anchors"): a
+ * key's window is started by the event that finds none open, and lasts its
+ * window from its start.
+ */
+typedef enum PklimitAnchor
+{
+	PKLIMIT_ANCHOR_EPOCH,		/* at a multiple of the window since the Unix
+								 * epoch: the window that holds the event */
+	PKLIMIT_ANCHOR_FIRST		/* at the event itself */
+} PklimitAnchor;
+
+/*
  * A key's row, as limit.c decides on it; what the columns hold for each
  * algorithm is in docs/algorithms.md ("The row").  0 stands for NULL.
  */
@@ -133,6 +145,7 @@ typedef struct PklimitCall
 	bool		record_refused; /* a refused call records its events too */
 	int64		block_usec;		/* a refusal blocks the key this long; 0: no */
 	PklimitAlgorithm algorithm; /* of a state the call starts */
+	PklimitAnchor anchor;		/* of a fixed window the call starts */
 	bool		memory;			/* durable => false: the memory path
 								 * (memory.c, docs/memory.md) */
 } PklimitCall;
@@ -477,8 +490,8 @@ extern bool pklimit_table_oldest_end(Oid nspid, TimestampTz *oldest,
 
 /* store.c: the statements on platformkit_limits, in the current transaction */
 extern void pklimit_store_hit(const PklimitTable *table, const char *stored_key,
-							  int64 window_usec, int64 max_count, int64 events,
-							  TimestampTz now, PklimitRow *row);
+							  const PklimitCall *starts, int64 max_count,
+							  int64 events, TimestampTz now, PklimitRow *row);
 extern bool pklimit_store_read(const PklimitTable *table, const char *stored_key,
 							   bool lock, PklimitRow *row);
 extern void pklimit_store_write(const PklimitTable *table,
@@ -504,10 +517,11 @@ extern PklimitWindowCheck pklimit_window_usec(const Interval *window,
 extern void pklimit_window_guc_error(PklimitWindowCheck problem);
 extern int64 pklimit_window_value(const Interval *window, const char *what);
 extern PklimitAlgorithm pklimit_algorithm_value(text *name, const char *what);
+extern PklimitAnchor pklimit_anchor_value(text *name, PklimitAlgorithm algorithm);
 extern const char *pklimit_algorithm_name(PklimitAlgorithm algorithm);
 extern bool pklimit_algorithm_of_name(const char *name,
 									  PklimitAlgorithm *algorithm);
-extern void pklimit_new_window(TimestampTz now, int64 window_usec,
+extern void pklimit_new_window(TimestampTz now, const PklimitCall *call,
 							   PklimitRow *row);
 extern int64 pklimit_add_events(int64 count, int64 events);
 extern void pklimit_decide(const PklimitRow *before, const PklimitCall *call,

@@ -401,20 +401,20 @@ get_row(PklimitRow *row)
 }
 
 /*
- * Record events on stored_key at now, in a window of window_usec if the
- * key's has closed, max_count the last call's; *row is the row after.  The
- * caller has connected to SPI.
+ * Record events on stored_key at now, in the window the call starts would
+ * start if the key's has closed, max_count the last call's; *row is the row
+ * after.  The caller has connected to SPI.
  */
 void
 pklimit_store_hit(const PklimitTable *table, const char *stored_key,
-				  int64 window_usec, int64 max_count, int64 events,
+				  const PklimitCall *starts, int64 max_count, int64 events,
 				  TimestampTz now, PklimitRow *row)
 {
 	PklimitRow	window;
 	Datum		values[6];
 	int			rc;
 
-	pklimit_new_window(now, window_usec, &window);
+	pklimit_new_window(now, starts, &window);
 	values[0] = CStringGetTextDatum(stored_key);
 	values[1] = TimestampTzGetDatum(window.window_start);
 	values[2] = TimestampTzGetDatum(window.window_end);

@@ -82,7 +82,7 @@ apply_hits(PklimitEntry **members, int m, const PklimitTable *table)
 				members[j]->unfold = true;
 			return false;
 		}
-	pklimit_store_hit(table, head->key, head->call.window_usec,
+	pklimit_store_hit(table, head->key, &head->call,
 					  members[m - 1]->request.call.max_count, events, now, &row);
 	if (!pklimit_fold_known(row.count, m))
 	{

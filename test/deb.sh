@@ -39,7 +39,7 @@ passed=0 failed=0
 
 log() { printf '== %s\n' "$*" >&2; }
 ok() { echo "   ok: $*"; passed=$((passed + 1)); }
-not_ok() { echo "   FAILED: $*"; failed=$((failed + 1)); }
+not_ok() { echo "   ! FAILED: $*"; failed=$((failed + 1)); }
 finish() { echo "$passed passed, $failed failed"; exit 0; }
 
 # The files of pklimit in PostgreSQL's directories, whoever put them there.
@@ -87,7 +87,9 @@ unset PG_UPDATECONTROL
 if grep -qE 'pg_regress|pg_virtualenv' "$work/build.log"; then
 	not_ok "the build ran tests: $(grep -m1 -E 'pg_regress|pg_virtualenv' "$work/build.log")"
 fi
-left=$(ls -d ./*.so src/*.o pklimit--*.sql 2>/dev/null || true)
+# the built scripts: the Makefile's DATA_built (the released ones are sources)
+built=$(sed -n 's/^DATA_built = //p' Makefile)
+left=$(ls -d ./*.so src/*.o $built 2>/dev/null || true)
 if [ -n "$left" ]; then
 	not_ok "the build left built files in the tree: $(tr '\n' ' ' <<<"$left")"
 else

@@ -29,12 +29,12 @@ use PklimitTest;
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
 
-# Released scripts are frozen: the build writes them from src/sql/pklimit.sql
-# exactly as they were released.
+# Released scripts are frozen: they are installed exactly as released.
 my %released = (
 	'pklimit--0.1.0.sql' => '96a57631528e7f47bb48db7de5a68f1abbbf17ca01e74d94bc06a80071cb55f0',
 	'pklimit--0.2.0.sql' => '42b70c2f514e9d9b7826e52af2e1bc09597d22f68f138ef9d9855eed3b3dec11',
-	'pklimit--0.1.0--0.2.0.sql' => '8311f5496990d6a61272a61b069ccdfecf3cebcf125fa8d796563f35e8c1bcb8');
+	'pklimit--0.1.0--0.2.0.sql' => '8311f5496990d6a61272a61b069ccdfecf3cebcf125fa8d796563f35e8c1bcb8',
+	'pklimit--0.2.0--0.3.0.sql' => '3e23207c470add2d3ec4b5f0d646a70629bb44203327ab252a792e1e36fae1a2');
 my $extension_dir = $node->config_data('--sharedir') . '/extension';
 for my $script (sort keys %released)
 {
@@ -89,24 +89,9 @@ is($node->safe_psql('old', "SELECT nodename FROM cron.job WHERE jobname = 'pklim
 
 # --- the update, while two sessions keep calling on the 0.1.0 database
 my $per_session = 20000;
-my @callers;
-for my $s (1, 2)
-{
-	my $caller = $node->background_psql('old');
-	$caller->query_until(qr/go/, "\\echo go\n"
-		  . "DO \$\$ BEGIN FOR i IN 1 .. $per_session LOOP"
-		  . " PERFORM pklimit_allow('during', 1000000, '36500 days'); END LOOP; END \$\$;\n"
-		  . "\\echo done\n");
-	push @callers, $caller;
-}
-ok($node->poll_query_until('old', "SELECT pklimit_count('during') > 0"), 'the calls are going on');
-$node->safe_psql('old', "ALTER EXTENSION pklimit UPDATE TO '0.2.0'");
-my $at_update = $node->safe_psql('old', "SELECT pklimit_count('during')");
+my ($at_update, $counted) = update_under_load($node, 'old', '0.2.0', $per_session);
 cmp_ok($at_update, '<', 2 * $per_session, "the update committed while calls went on ($at_update recorded by then)");
-$_->query_until(qr/done/, '') for @callers;
-$_->quit for @callers;
-is($node->safe_psql('old', "SELECT pklimit_count('during')"), 2 * $per_session,
-	'every call made across the update was recorded');
+is($counted, 2 * $per_session, 'every call made across the update was recorded');
 is($node->safe_psql('old', $version), '0.2.0', 'database old is now at 0.2.0');
 is($node->safe_psql('old',
 	"SELECT concat_ws('|', calls, allowed, refused, unavailable) FROM pklimit_stats WHERE datname = 'old'"),
@@ -135,7 +120,7 @@ is($node->safe_psql('old', "SELECT nodename FROM cron.job WHERE jobname = 'pklim
 is($node->safe_psql('old', $job), $job_before, 'the same job');
 my $updated = extension_catalog($node, 'old');
 my $fresh = extension_catalog($node, 'fresh');
-like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval,bigint,boolean,interval,text,boolean\)/m,
+like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval,bigint,boolean,interval,text,boolean,text\)/m,
 	'the catalog comparison sees the functions');
 like($fresh, qr/^function public\.pklimit_decrement\(text,bigint,boolean\)/m, 'and pklimit_decrement');
 like($fresh, qr/^function public\.pklimit_memory_stats\(\)/m, 'and pklimit_memory_stats');
@@ -258,28 +243,17 @@ is($node->safe_psql('v020', q{SELECT pklimit_allow('kept', 3, '36500 days'), pkl
 my $v020_rows = 'SELECT key, window_start, window_end, count, updated_at, blocked_until'
   . ' FROM platformkit_limits WHERE key <> \'g:during\' ORDER BY key';
 my $v020_before = $node->safe_psql('v020', $v020_rows);
-@callers = ();
-for my $s (1, 2)
-{
-	my $caller = $node->background_psql('v020');
-	$caller->query_until(qr/go/, "\\echo go\n"
-		  . "DO \$\$ BEGIN FOR i IN 1 .. $per_session LOOP"
-		  . " PERFORM pklimit_allow('during', 1000000, '36500 days'); END LOOP; END \$\$;\n"
-		  . "\\echo done\n");
-	push @callers, $caller;
-}
-ok($node->poll_query_until('v020', "SELECT pklimit_count('during') > 0"), 'the calls on v020 are going on');
-$node->safe_psql('v020', "ALTER EXTENSION pklimit UPDATE TO '0.3.0'");
-$at_update = $node->safe_psql('v020', "SELECT pklimit_count('during')");
+($at_update, $counted) = update_under_load($node, 'v020', '0.3.0', $per_session);
 cmp_ok($at_update, '<', 2 * $per_session,
 	"the update to 0.3.0 committed while calls went on ($at_update recorded by then)");
-$_->query_until(qr/done/, '') for @callers;
-$_->quit for @callers;
-is($node->safe_psql('v020', "SELECT pklimit_count('during')"), 2 * $per_session,
-	'every call made across the update to 0.3.0 was recorded');
+is($counted, 2 * $per_session, 'every call made across the update to 0.3.0 was recorded');
 $node->safe_psql('v020', "SELECT pklimit_forget('during')");
 is($node->safe_psql('v020', $version), '0.3.0', 'database v020 is now at 0.3.0');
-is(extension_catalog($node, 'v020'), $fresh, 'the 0.2.0 install updated to 0.3.0 has the objects of a fresh install');
+$node->safe_psql('postgres', 'CREATE DATABASE fresh030');
+$node->safe_psql('fresh030', "SET client_min_messages = error; CREATE EXTENSION pklimit VERSION '0.3.0'");
+is(extension_catalog($node, 'v020'), extension_catalog($node, 'fresh030'),
+	'the 0.2.0 install updated to 0.3.0 has the objects of a fresh install of 0.3.0');
+$node->safe_psql('postgres', 'DROP DATABASE fresh030');
 is($node->safe_psql('v020', $v020_rows), $v020_before, 'every row of 0.2.0 is kept');
 is($node->safe_psql('v020', q{SELECT string_agg(concat_ws(':', key, algorithm, max_count IS NULL, previous_count IS NULL,
 	expires_at IS NULL), ' ' ORDER BY key) FROM platformkit_limits}),

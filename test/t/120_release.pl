@@ -1,6 +1,6 @@
-# The release: pklimit.control, META.json, CHANGELOG.md and
-# debian/changelog agree on the version (and, once it is released, on its
-# date); META.json is valid by the PGXN Meta Spec (test/pgxn-meta-schema.json,
+# The release: pklimit.control, META.json, CHANGELOG.md, debian/changelog
+# and the clients' packages agree on the version (and, once it is
+# released, the changelogs on its date); META.json is valid by the PGXN Meta Spec (test/pgxn-meta-schema.json,
 # python3-jsonschema); make dist writes pklimit-<version>.zip with META.json
 # at its top, and refuses when META.json's version is not the control
 # file's.
@@ -51,10 +51,24 @@ else
 	is($deb_dist, 'UNRELEASED', "$control is unreleased in CHANGELOG.md and in debian/changelog");
 }
 
-# the Makefile builds a script that installs or updates to the version
-my ($data_built) = slurp_file("$root/Makefile") =~ /^DATA_built = ((?:.*\\\n)*.*)$/m;
-ok(grep({ /^pklimit--(?:\S+--)?\Q$control\E\.sql$/ } split /[\s\\]+/, $data_built),
-	"the Makefile builds a script to $control");
+# the clients are released with the extension, at its version: the five
+# places that write it
+my $node_package = decode_json(slurp_file("$root/clients/node/package.json"));
+my $node_lock = decode_json(slurp_file("$root/clients/node/package-lock.json"));
+my ($py_project) = slurp_file("$root/clients/python/pyproject.toml") =~ /^version = "([^"]+)"$/m;
+my ($py_module) = slurp_file("$root/clients/python/src/pklimit/__init__.py") =~ /^__version__ = "([^"]+)"$/m;
+is($node_package->{version}, $control, "clients/node/package.json's version is the control file's");
+is($node_lock->{version}, $control, "clients/node/package-lock.json's version is the control file's");
+is($node_lock->{packages}{''}{version}, $control, "and so is its root package's");
+is($py_project, $control, "clients/python/pyproject.toml's version is the control file's");
+is($py_module, $control, "clients/python's pklimit.__version__ is the control file's");
+
+# the Makefile installs a script that installs or updates to the version
+# (DATA_built while it is written, DATA once released)
+my $makefile = slurp_file("$root/Makefile");
+my @scripts = map { split /[\s\\]+/ } $makefile =~ /^DATA(?:_built)? = ((?:.*\\\n)*.*)$/mg;
+ok(grep({ /^pklimit--(?:\S+--)?\Q$control\E\.sql$/ } @scripts),
+	"the Makefile installs a script to $control");
 
 # META.json by the PGXN Meta Spec, and the schema refuses what the spec does
 sub schema_errors

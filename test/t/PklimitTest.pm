@@ -22,7 +22,7 @@ if (!defined $ENV{PG_REGRESS})
 }
 
 our @EXPORT = qw(pklimit_node pklimit_cron_node worker_pid timed_psql pg_major extension_catalog
-  need start_pgbouncer stop_pgbouncer);
+  update_under_load need start_pgbouncer stop_pgbouncer);
 
 # The major version of the PostgreSQL under test (pg_config on the PATH).
 sub pg_major
@@ -81,6 +81,34 @@ sub timed_psql
 	my $start = time();
 	$node->psql($db, $sql, stdout => \$out, stderr => \$err, on_error_stop => 0);
 	return ($out, $err, time() - $start);
+}
+
+# ALTER EXTENSION pklimit UPDATE TO $to in database $db while two sessions
+# make $per_session calls each on the key 'during' (max 1,000,000, 36500
+# days: every call allowed), with $call_options added to each; it must
+# commit while they still call.  Returns the count of 'during' when the
+# update committed and after every call returned.
+sub update_under_load
+{
+	my ($node, $db, $to, $per_session, $call_options) = @_;
+	my @callers;
+	my $options = defined $call_options ? ", $call_options" : '';
+	for my $s (1, 2)
+	{
+		my $caller = $node->background_psql($db);
+		$caller->query_until(qr/go/, "\\echo go\n"
+			  . "DO \$\$ BEGIN FOR i IN 1 .. $per_session LOOP"
+			  . " PERFORM pklimit_allow('during', 1000000, '36500 days'$options); END LOOP; END \$\$;\n"
+			  . "\\echo done\n");
+		push @callers, $caller;
+	}
+	$node->poll_query_until($db, "SELECT pklimit_count('during') > 0")
+	  or die "the calls on $db did not start";
+	$node->safe_psql($db, "ALTER EXTENSION pklimit UPDATE TO '$to'");
+	my $at_update = $node->safe_psql($db, "SELECT pklimit_count('during')");
+	$_->query_until(qr/done/, '') for @callers;
+	$_->quit for @callers;
+	return ($at_update, $node->safe_psql($db, "SELECT pklimit_count('during')"));
 }
 
 # Every pklimit object of database $db, one sorted line each, as an update

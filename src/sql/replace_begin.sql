@@ -1,0 +1,64 @@
+-- replace_begin.sql: before an update replaces functions (src/sql/; make
+-- puts it where an update's source says "--@include replace_begin.sql").
+--
+-- A function whose arguments change is dropped and created again, since
+-- one more argument with a default beside the old signature would make
+-- calls ambiguous.  The functions are the signatures in the setting
+-- pklimit_update.replaced, separated by ";", which the update sets first.
+-- A user's view or function that depends on one of them would be dropped
+-- with it: the update is refused instead, naming them.  Then each one's
+-- owner and privileges are kept in settings of this transaction, with the
+-- functions pklimit had before, for replace_end.sql.
+DO $replace_begin$
+DECLARE
+	replaced pg_catalog.oid[];
+	dependents pg_catalog.text;
+BEGIN
+	SELECT pg_catalog.array_agg(s::pg_catalog.regprocedure::pg_catalog.oid)
+	  INTO replaced
+	  FROM pg_catalog.regexp_split_to_table(
+			pg_catalog.current_setting('pklimit_update.replaced'), '\s*;\s*') s;
+	-- a view by its name, not by its rule's
+	SELECT pg_catalog.string_agg(DISTINCT COALESCE(
+			(SELECT pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass,
+						r.ev_class, 0)
+			   FROM pg_catalog.pg_rewrite r
+			  WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+				AND r.oid OPERATOR(pg_catalog.=) d.objid
+				AND r.rulename OPERATOR(pg_catalog.=) '_RETURN'),
+			pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)), ', ')
+	  INTO dependents
+	  FROM pg_catalog.pg_depend d
+	 WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+	   AND d.deptype OPERATOR(pg_catalog.=) 'n'
+	   AND d.refobjid OPERATOR(pg_catalog.=) ANY (replaced);
+	IF dependents IS NOT NULL THEN
+		RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',
+			MESSAGE = pg_catalog.format('cannot update pklimit while objects depend on functions it replaces: %s',
+				dependents),
+			DETAIL = pg_catalog.format('The update drops and creates again %s, with new arguments.',
+				(SELECT pg_catalog.string_agg(DISTINCT p.proname::pg_catalog.text, ', ')
+				   FROM pg_catalog.pg_proc p
+				  WHERE p.oid OPERATOR(pg_catalog.=) ANY (replaced))),
+			HINT = 'Drop those objects, run ALTER EXTENSION pklimit UPDATE, then create them again.';
+	END IF;
+	PERFORM pg_catalog.set_config('pklimit_update.acl_' OPERATOR(pg_catalog.||) p.proname,
+				COALESCE(p.proacl::pg_catalog.text, ''), true),
+			pg_catalog.set_config('pklimit_update.owner_' OPERATOR(pg_catalog.||) p.proname,
+				p.proowner::pg_catalog.regrole::pg_catalog.text, true)
+	   FROM pg_catalog.pg_proc p
+	  WHERE p.oid OPERATOR(pg_catalog.=) ANY (replaced);
+	PERFORM pg_catalog.set_config('pklimit_update.replaced_names',
+				(SELECT pg_catalog.string_agg(p.proname::pg_catalog.text, ',')
+				   FROM pg_catalog.pg_proc p
+				  WHERE p.oid OPERATOR(pg_catalog.=) ANY (replaced)), true),
+			pg_catalog.set_config('pklimit_update.before',
+				(SELECT pg_catalog.string_agg(d.objid::pg_catalog.text, ',')
+				   FROM pg_catalog.pg_depend d
+				  WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+					AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+					AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+						 WHERE e.extname OPERATOR(pg_catalog.=) 'pklimit')
+					AND d.deptype OPERATOR(pg_catalog.=) 'e'), true);
+END
+$replace_begin$;
