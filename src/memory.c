@@ -65,7 +65,7 @@ typedef struct MemoryEntry
 	PklimitRow	row;			/* the key's state */
 	uint64		changes;		/* changes made to it since read in */
 	uint64		written;		/* of them, in a committed flush */
-	TimestampTz last_used;
+	uint64		last_used;		/* the use clock when last used */
 } MemoryEntry;
 
 /*
@@ -99,6 +99,10 @@ typedef struct MemoryShared
 	LWLockPadded *partition_locks;
 	LWLock	   *control_lock;
 	int			nfree;			/* free slots, at free[0 .. nfree-1] */
+	pg_atomic_uint64 use_clock; /* ticks once per use of an entry: the order
+								 * of uses, which no two share (the wall
+								 * clock's microseconds can, and can step
+								 * back) */
 	MemoryDatabase databases[MEMORY_DATABASES];
 } MemoryShared;
 
@@ -168,6 +172,7 @@ pklimit_memory_shmem_init(void)
 		shared->partition_locks = GetNamedLWLockTranche("pklimit_memory");
 		shared->control_lock =
 			&GetNamedLWLockTranche("pklimit_memory_control")->lock;
+		pg_atomic_init_u64(&shared->use_clock, 1);
 		for (int d = 0; d < MEMORY_DATABASES; d++)
 		{
 			pg_atomic_init_u32(&shared->databases[d].generation, 1);
@@ -199,6 +204,13 @@ pklimit_memory_shmem_init(void)
 			free_slots[i] = pklimit_memory_keys - 1 - i;
 		shared->nfree = pklimit_memory_keys;
 	}
+}
+
+/* The use clock's next tick, for an entry used now (under its lock). */
+static uint64
+used_now(void)
+{
+	return pg_atomic_fetch_add_u64(&shared->use_clock, 1);
 }
 
 /* Is the memory path there at all (preloaded, with entries)? */
@@ -495,7 +507,7 @@ decide_entries(const PklimitRequest *requests, PklimitAnswer *answers, int n,
 			found[i]->changes++;
 		/* pklimit_count only looks: a monitor keeps no key in memory */
 		if (requests[i].kind != PKLIMIT_OP_COUNT)
-			found[i]->last_used = now;
+			found[i]->last_used = used_now();
 		memset(&answers[i], 0, sizeof(PklimitAnswer));
 		answers[i].status = PKLIMIT_OK;
 		answers[i].result = results[i];
@@ -717,7 +729,7 @@ entry_evictable(const MemoryEntry *e)
 typedef struct Candidate
 {
 	int			slot;
-	TimestampTz last_used;
+	uint64		last_used;
 } Candidate;
 
 static int
@@ -847,7 +859,7 @@ pklimit_memory_read_in(const char *stored_key, Oid nspid, Oid relid,
 			e->leaving = false;
 			e->row = *row;
 			e->changes = e->written = 0;
-			e->last_used = GetCurrentTimestamp();
+			e->last_used = used_now();
 			found = false;
 		}
 		else

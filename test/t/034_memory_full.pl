@@ -6,7 +6,9 @@
 #
 #   1. one database alone fills the table, and keeps it; a key read in
 #      when it is full takes the entries of the least recently used
-#      written keys (5% of the table, 2, at a time), and no other;
+#      written keys (5% of the table, 2, at a time), and no other; in the
+#      exact order of their last use, even among the calls of one
+#      statement and keys used one statement each;
 #   2. while database postgres reads in far more keys than its share
 #      (pgbench over 500 keys), database b still gets its 25 keys into
 #      memory; every answer of both is exact (no error, no event lost),
@@ -75,6 +77,31 @@ ok(flushed($kept), 'one database: a flush wrote them');
 is(touch(keys_sql('a', 11, 14)), '0|4', 'one database: a11..a14, the least recently used, were given back');
 is(sql("SELECT string_agg(DISTINCT pklimit_count('a' || i)::text, ',') FROM generate_series(11, 14) i"),
 	'3', 'one database: and lost nothing: they count 3');
+
+# --- 1b. the order of eviction is the order of last use, exactly, whatever
+# the clock: 50 new keys read in one statement each take every entry of the
+# keys before; used again one statement each in another known order, then
+# written, 4 keys more take the entries of the first 4 used (2 at a time).
+ok(flushed('ARRAY(SELECT k FROM unnest(ARRAY[' . join(', ', map { "'$_'" } (map { "c$_" } 1 .. 4),
+	(map { "a$_" } 1 .. 50)) . ']) k)'), 'eviction order: every key before is written');
+my @read_order = map { 'e' . (($_ * 17) % 50 + 1) } 0 .. 49;
+my @use_order = map { 'e' . (($_ * 23 + 7) % 50 + 1) } 0 .. 49;
+my ($evicted_before) = mem_stat('memory_evictions');
+is(join(',', map { touch("ARRAY['$_']") } @read_order), join(',', ('0|1') x 50),
+	'eviction order: 50 new keys read in, one statement each');
+is(mem_stat('memory_keys') . '|' . (mem_stat('memory_evictions') - $evicted_before), '50|50',
+	'eviction order: they took the 50 entries of the keys before');
+is(join(',', map { touch("ARRAY['$_']") } @use_order), join(',', ('1|0') x 50),
+	'eviction order: the 50 used again in another order, one statement each');
+my $e_all = 'ARRAY(SELECT \'e\' || i FROM generate_series(1, 50) i)';
+ok(flushed($e_all), 'eviction order: a flush wrote them');
+is(touch(keys_sql('f', 1, 4)), '0|4', 'eviction order: 4 more keys read in');
+my @first4 = @use_order[0 .. 3];
+my $rest = 'ARRAY[' . join(', ', map { "'$_'" } @use_order[4 .. 49], map { "f$_" } 1 .. 4) . ']';
+is(touch($rest), '50|0', 'eviction order: the 46 used last and the 4 new keys are in memory');
+ok(flushed($rest), 'eviction order: a flush wrote them');
+is(touch('ARRAY[' . join(', ', map { "'$_'" } @first4) . ']'), '0|4',
+	"eviction order: the first 4 used (@first4) were given back");
 
 # --- 2. one database floods memory, the other still gets its share
 sql('CREATE DATABASE b');
