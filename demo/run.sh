@@ -259,6 +259,7 @@ api_memory=$(q -c "SELECT memory_calls FROM pklimit_stats WHERE datname = curren
 echo
 echo "6. a per-request API limit from replicas A and B at once: pklimit_allow('api:acme', 600, '1 hour', durable => false)"
 echo "   1000 requests: $api_allowed allowed, pklimit_count = $api_count, the row written behind: count = $api_row; decided in memory: $api_memory"
+echo "   (the other $((1000 - api_memory)) were applied durably by the worker, as a memory call is while its key is not in memory yet; then the worker read the key in)"
 
 # ---------------------------------------------------------------- check ----
 # For every key of phases 1 and 2: allowed = min(attempts, limit) and

@@ -40,7 +40,8 @@ pklimit_key_value(text *key, const char *what)
 	if (VARSIZE_ANY_EXHDR(key) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not be empty", what)));
+				 errmsg("%s must not be empty", what),
+				 errhint("Name what is counted, for example 'login:' || user_name.")));
 	return pklimit_stored_key(key);
 }
 
@@ -52,7 +53,8 @@ pklimit_max_count_value(int64 max_count, const char *what)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must not be negative", what),
-				 errdetail("%s is " INT64_FORMAT ".", what, max_count)));
+				 errdetail("%s is " INT64_FORMAT ".", what, max_count),
+				 errhint("Give the events allowed per window: 0 refuses every call.")));
 	return max_count;
 }
 
