@@ -92,10 +92,18 @@ mount_into "$root/proc" -t proc proc
 mount_into "$root/dev" --bind /dev
 mount_into "$root/dev/shm" -t tmpfs -o mode=1777 tmpfs
 
-log "bringing the $suite chroot's packages up to date"
-in_chroot apt-get update -qq
-in_chroot apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
-in_chroot apt-get upgrade -y -qq >/dev/null
+# Installing prints much that is no error inside a chroot (no /dev/pts, no
+# FQDN, services not started): it goes to a log, shown when a step fails.
+log "bringing the $suite chroot's packages up to date (log: $root.setup.log)"
+: >"$root.setup.log"
+for step in "update -qq" "install -y -qq --no-install-recommends ${packages[*]}" "upgrade -y -qq"; do
+	# shellcheck disable=SC2086 # the step's words
+	if ! apt_wait in_chroot apt-get $step >>"$root.setup.log" 2>&1; then
+		tail -n 20 "$root.setup.log" >&2
+		log "apt-get ${step%% *} failed in the $suite chroot: the whole log is $root.setup.log"
+		exit 1
+	fi
+done
 touch "$root/.pklimit-ready"
 
 # the source tree to test, copied to /opt/pklimit inside

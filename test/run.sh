@@ -60,7 +60,7 @@ host_major() {
 # Several versions, or one the host does not ship: run each where it lives
 # and add up their summary lines.
 if [ -z "${PKLIMIT_ONE_VERSION:-}" ]; then
-	total_p=0 total_f=0 summary=() not_run=()
+	total_p=0 total_f=0 summary=() not_run=() failures=()
 	# add_up NAME OUT RC START: a run's summary line, its tests not run and
 	# its time added to the totals
 	add_up() {
@@ -69,6 +69,9 @@ if [ -z "${PKLIMIT_ONE_VERSION:-}" ]; then
 		while IFS= read -r skipped; do
 			not_run+=("$name: $skipped")
 		done < <(sed -nE 's/^ +([0-9a-z_-]+)(\.pl)?: not run:? /\1: /p' "$out")
+		while IFS= read -r skipped; do
+			failures+=("$name: $skipped")
+		done < <(sed -n 's/^   ! //p' "$out")
 		[[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]] && p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
 		[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
 		# a run that stopped before its tests ran: its last words say why
@@ -111,6 +114,10 @@ if [ -z "${PKLIMIT_ONE_VERSION:-}" ]; then
 		done
 	fi
 	[ ${#not_run[@]} -gt 0 ] && printf '== not run: %s\n' "${not_run[@]}"
+	if [ ${#failures[@]} -gt 0 ]; then
+		echo "== what failed, with each check's got and expected:"
+		printf '   %s\n' "${failures[@]}"
+	fi
 	printf '== %s\n' "${summary[@]}"
 	echo "$total_p passed, $total_f failed"
 	[ "$total_f" -eq 0 ] && [ "$total_p" -gt 0 ]
@@ -153,15 +160,19 @@ if [ "$layers" = all ] || [ "$layers" = sql ]; then
 	log "pg_regress and isolation specs (make installcheck) on PostgreSQL $PG_MAJOR"
 	rc=0
 	# the regression suite, then the isolation specs even if it failed
+	# (each test's line as it ends: pg_regress's own, "test x ... ok" or, from
+	# 16 on, "ok 1 - x")
 	for suite in "ISOLATION=" "REGRESS="; do
 		as_user env PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres \
-			make -C "$BUILD_DIR" PG_CONFIG=$PG_BIN/pg_config installcheck TAP_TESTS= "$suite" \
-			>>"$WORKDIR/installcheck.log" 2>&1 || rc=$?
+			make -C "$BUILD_DIR" PG_CONFIG=$PG_BIN/pg_config installcheck TAP_TESTS= "$suite" 2>&1 |
+			tee -a "$WORKDIR/installcheck.log" |
+			{ grep --line-buffered -E '^(test |ok |not ok )' || true; } | sed -u 's/^/   /' || rc=$?
 	done
-	grep -E '^(test|     |ok|not ok)|tests (passed|failed)' "$WORKDIR/installcheck.log" || true
 	count_regress "$WORKDIR/installcheck.log"
 	if [ $rc -ne 0 ]; then
-		find "$BUILD_DIR" -name regression.diffs -exec cat {} + | head -200
+		# every failing test, and the first lines of its diff, for the end
+		grep -E '\.\.\. FAILED|^not ok [0-9]+ ' "$WORKDIR/installcheck.log" | sed 's/^/   ! /' || true
+		find "$BUILD_DIR" -name regression.diffs -exec cat {} + | head -200 | sed 's/^/   ! /'
 		[ "$failed" -gt 0 ] || failed=$((failed + 1))
 	fi
 fi
@@ -180,26 +191,27 @@ if [ "$layers" = all ] || [ "$layers" = tap ]; then
 					echo "   $(basename "$t" .pl): not run: it runs on the host's PostgreSQL only"
 					continue
 				fi ;;
+			120_release.pl)
+				if [ "$examples" != 1 ]; then
+					echo "   $(basename "$t" .pl): not run: the release's files are the same for every version, checked with the host's"
+					continue
+				fi ;;
 		esac
 		tests+=("test/t/$(basename "$t")")
 	done
 	rc=0
 	rm -rf "$BUILD_DIR/tmp_check"
+	# one line per test file as it ends, a file skipped as a whole (110_citus
+	# without Citus) with why, then each failed check with its got and
+	# expected (test/progress.pl); everything in tap.log
 	(cd "$BUILD_DIR" && as_user env PG_REGRESS=$PG_BIN/../lib/pgxs/src/test/regress/pg_regress \
-		prove -v -I "$PG_BIN/../lib/pgxs/src/test/perl" -I test/t "${tests[@]}") \
-		>"$WORKDIR/tap.log" 2>&1 || rc=$?
-	grep -E '^(ok|not ok) |^test/t/|^#   Failed|^# Looks|^Result' "$WORKDIR/tap.log" || true
+		prove -v --merge -I "$PG_BIN/../lib/pgxs/src/test/perl" -I test/t "${tests[@]}") 2>&1 |
+		perl "$here/progress.pl" "$WORKDIR/tap.log" || rc=$?
 	# a test that skips is not run, never passed
 	p=$(grep -E '^ok [0-9]+' "$WORKDIR/tap.log" | grep -vc '# skip' || true)
 	f=$(grep -cE '^not ok [0-9]+' "$WORKDIR/tap.log" || true)
-	# a test file skipped as a whole (110_citus without Citus) says why
-	grep -E '^test/t/[0-9a-z_]+\.pl \.+ skipped: ' "$WORKDIR/tap.log" |
-		sed -E 's|^test/t/([0-9a-z_]+)\.pl \.+ skipped: (.*)|   \1: not run: \2|' || true
 	if [ $rc -ne 0 ]; then
-		tail -n 40 "$WORKDIR/tap.log"
-		for l in "$BUILD_DIR"/tmp_check/log/regress_log_*; do
-			[ -f "$l" ] && { grep -B2 -A8 'not ok\|died\|Died' "$l" | head -60 || true; }
-		done
+		tail -n 5 "$WORKDIR/tap.log" | sed 's/^/   ! /'
 		[ "$f" -gt 0 ] || f=1
 	fi
 	echo "   $p passed, $f failed"
@@ -215,7 +227,7 @@ if [ "$layers" = all ] && [ "$examples" = 1 ]; then
 		echo "   demo: $(grep '^OK: ' "$WORKDIR/demo.log" | cut -c1-60)..."
 		passed=$((passed + 1))
 	else
-		tail -n 30 "$WORKDIR/demo.log"
+		tail -n 30 "$WORKDIR/demo.log" | sed 's/^/   ! /'
 		failed=$((failed + 1))
 	fi
 fi
