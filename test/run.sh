@@ -203,9 +203,11 @@ if [ "$layers" = all ] || [ "$layers" = tap ]; then
 	rm -rf "$BUILD_DIR/tmp_check"
 	# one line per test file as it ends, a file skipped as a whole (110_citus
 	# without Citus) with why, then each failed check with its got and
-	# expected (test/progress.pl); everything in tap.log
+	# expected (test/progress.pl); everything in tap.log.  (The console
+	# formatter: the default one, to a pipe, holds a file's output to its end.)
 	(cd "$BUILD_DIR" && as_user env PG_REGRESS=$PG_BIN/../lib/pgxs/src/test/regress/pg_regress \
-		prove -v --merge -I "$PG_BIN/../lib/pgxs/src/test/perl" -I test/t "${tests[@]}") 2>&1 |
+		prove --formatter TAP::Formatter::Console -v --merge \
+			-I "$PG_BIN/../lib/pgxs/src/test/perl" -I test/t "${tests[@]}") 2>&1 |
 		perl "$here/progress.pl" "$WORKDIR/tap.log" || rc=$?
 	# a test that skips is not run, never passed
 	p=$(grep -E '^ok [0-9]+' "$WORKDIR/tap.log" | grep -vc '# skip' || true)
