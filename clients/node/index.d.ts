@@ -7,15 +7,29 @@ export interface Queryable {
 
 export type Algorithm = 'fixed' | 'gcra' | 'sliding';
 
+/** Where a fixed window starts: at the key's first hit, or aligned to the Unix epoch. */
+export type Anchor = 'first' | 'epoch';
+
 export interface PklimitStoreOptions {
   /** Where pklimit is installed: a `pg.Pool` (or a client). Never ended by the store. */
   pool: Queryable;
-  /** Prepended to every key (default `'rl:'`); give each limiter its own. */
+  /**
+   * Begins every stored key (default `'rl:'`), followed by one `':'` and the key; give each
+   * limiter its own. A name without `':'`, or with one at its end only (`'login'` and
+   * `'login:'` are the same prefix): any other is refused.
+   */
   prefix?: string;
   /** The schema pklimit is installed in, if it is not on the search_path. */
   schema?: string;
   /** pklimit's algorithm (default `'fixed'`); used only when `limit` is a number. */
   algorithm?: Algorithm;
+  /**
+   * Where a fixed window starts (default `'first'`): `'first'`, at the key's first hit, as
+   * express-rate-limit's MemoryStore starts it (`anchor => 'first'`, pklimit 0.4.0); `'epoch'`,
+   * at a multiple of `windowMs` from the Unix epoch, every key's window at once. Fixed windows
+   * only: `gcra` and `sliding` have no such start.
+   */
+  anchor?: Anchor;
   /** Where warnings go when the store cannot be reached (default `console.warn`). */
   logger?: ((message: string) => void) | { warn(message: string): void };
   /** The tenant of a call; default: the one `pklimitTenant()` or `withTenant()` set. */
@@ -33,7 +47,10 @@ export interface PklimitStoreOptions {
 export declare class PklimitStore implements Store {
   constructor(options: PklimitStoreOptions);
   readonly localKeys: false;
-  prefix: string;
+  /** The prefix as stored keys begin: the option, ending in its `':'`. */
+  readonly prefix: string;
+  /** The `anchor` option. */
+  readonly anchor: Anchor;
   /** The `durable` option: `false` is pklimit's memory path. */
   readonly durable: boolean;
   init(options: Options): void;

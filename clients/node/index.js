@@ -14,6 +14,13 @@ const { AsyncLocalStorage } = require('node:async_hooks');
 // express-rate-limit computes per request (the count is the same either way).
 const NO_LIMIT = '9223372036854775807';
 const ALGORITHMS = ['fixed', 'gcra', 'sliding'];
+// Where a fixed window starts: at the key's first event, as
+// express-rate-limit's own stores start it, or at a multiple of the window
+// from the Unix epoch (pklimit's default for SQL callers).
+const ANCHORS = ['first', 'epoch'];
+// The pklimit each kind of store needs: durable =>, algorithm => and
+// pklimit_decrement came in 0.3.0, anchor => in 0.4.0.
+const NEEDS = { base: '0.3.0', anchor: '0.4.0' };
 
 // The tenant of the request being served, set by pklimitTenant() or
 // withTenant(); shared by every store in the process.
@@ -62,6 +69,29 @@ function toCount(value) {
   return Number.isSafeInteger(n) ? n : Number.MAX_SAFE_INTEGER;
 }
 
+// The prefix as stored keys begin: itself and one ':'.  A prefix holds no
+// ':' but an optional last one, so the first ':' of a stored key ends its
+// prefix, and no two prefixes share a stored key (appended as they are,
+// 'api' with key 'x:1' and 'apix' with key ':1' would both be 'apix:1').
+function keyPrefix(prefix) {
+  const stem = String(prefix).replace(/:$/, '');
+  if (stem === '' || stem.includes(':')) {
+    throw new TypeError(`PklimitStore: prefix must be a name without ':' (one at its end is allowed),` +
+      ` got '${prefix}'; try '${stem.replace(/:/g, '-') || 'rl'}:'`);
+  }
+  return stem + ':';
+}
+
+// Versions as pklimit writes them, compared numerically: is a older than b?
+function olderThan(a, b) {
+  const x = a.split('.').map(Number);
+  const y = b.split('.').map(Number);
+  for (let i = 0; i < Math.max(x.length, y.length); i++) {
+    if ((x[i] ?? 0) !== (y[i] ?? 0)) return (x[i] ?? 0) < (y[i] ?? 0);
+  }
+  return false;
+}
+
 function toWarn(logger) {
   if (logger == null) return (message) => console.warn(message);
   if (typeof logger === 'function') return logger;
@@ -71,12 +101,15 @@ function toWarn(logger) {
 
 class PklimitStore {
   constructor(options = {}) {
-    const { pool, prefix = 'rl:', schema, algorithm, logger, tenant, durable = true } = options;
+    const { pool, prefix = 'rl:', schema, algorithm, anchor = 'first', logger, tenant, durable = true } = options;
     if (!pool || typeof pool.query !== 'function') {
       throw new TypeError('PklimitStore: pool must be a pg.Pool (or a client with a query method)');
     }
     if (algorithm !== undefined && !ALGORITHMS.includes(algorithm)) {
       throw new TypeError(`PklimitStore: algorithm must be one of ${ALGORITHMS.join(', ')}, got ${algorithm}`);
+    }
+    if (!ANCHORS.includes(anchor)) {
+      throw new TypeError(`PklimitStore: anchor must be one of ${ANCHORS.join(', ')}, got ${anchor}`);
     }
     if (tenant !== undefined && typeof tenant !== 'function') {
       throw new TypeError('PklimitStore: tenant must be a function of the key');
@@ -86,12 +119,14 @@ class PklimitStore {
       throw new TypeError(`PklimitStore: durable must be true or false, got ${typeof durable} ${String(durable)}`);
     }
     this.pool = pool;
-    this.prefix = String(prefix);
+    this.prefix = keyPrefix(prefix);
     // Counted in one shared database: a key incremented here is seen by
     // every other store, in this process or another.
     this.localKeys = false;
     this.algorithm = algorithm;
+    this.anchor = anchor;
     this.durable = durable;
+    this.schema = schema === undefined || schema === null ? undefined : String(schema);
     this.warn = toWarn(logger);
     this.tenantOf = tenant ?? currentTenant;
     this.window = '60000 milliseconds';
@@ -99,8 +134,8 @@ class PklimitStore {
     this.limitIsNumber = false;
     this.keepsRefusals = false;
     this.takesBack = false;
-    this.unrecorded = new Map();
-    this.buildQueries(schema === undefined || schema === null ? '' : quoteIdent(schema) + '.');
+    this.increments = new AsyncLocalStorage();
+    this.buildQueries();
   }
 
   // Every statement sets the tenant for itself only (set_config(..., true)
@@ -111,19 +146,30 @@ class PklimitStore {
   // flattened away.  No statement is named: named prepared statements do
   // not survive a pooler in transaction mode.  durable => false goes into
   // every pklimit_check (the peek too) and pklimit_decrement, and only when
-  // it is false, as algorithm: the default statements are those any pklimit
-  // 0.3.0 takes; pklimit_count and pklimit_forget are exact on both paths.
-  buildQueries(s) {
+  // it is false; algorithm => only with a numeric limit (below); anchor =>
+  // 'first' into every pklimit_check of a fixed window, and nothing with
+  // anchor 'epoch', pklimit's own default, so that such a store takes any
+  // pklimit 0.3.0.  pklimit_count and pklimit_forget are exact on both paths.
+  buildQueries() {
+    const s = this.schema === undefined ? '' : quoteIdent(this.schema) + '.';
+    // gcra and sliding count against max_count: with a limit computed per
+    // request there is none, and their counts would mean nothing.
+    this.callAlgorithm = this.limitIsNumber ? this.algorithm : undefined;
+    const fixed = this.callAlgorithm === undefined || this.callAlgorithm === 'fixed';
+    this.firstAnchored = fixed && this.anchor === 'first';
+    this.needs = this.firstAnchored ? NEEDS.anchor : NEEDS.base;
     const durable = this.durable ? '' : ', durable => false';
+    const algorithm = this.callAlgorithm ? `, algorithm => '${this.callAlgorithm}'` : '';
+    const anchor = this.firstAnchored ? ", anchor => 'first'" : '';
     const tenantAndKey =
       "(SELECT pg_catalog.set_config('platformkit.tenant', $1, true) AS tenant, $2::text AS key OFFSET 0) t";
-    const check = (algorithm) =>
-      `SELECT c.allowed, c.count, c.reset_at, extract(epoch FROM c.retry_after) * 1000 AS retry_ms, c.status FROM ${tenantAndKey},` +
-      ` LATERAL ${s}pklimit_check(t.key, $3::bigint, $4::interval, cost => $5::bigint${durable}` +
-      (algorithm ? ', algorithm => $6::text' : '') + ') c';
+    // opened: under anchor 'first', a window that ends before one started
+    // now would is one already open (get reads it when the count is 0)
     this.sql = {
-      check: check(false),
-      checkAlgorithm: check(true),
+      check: 'SELECT c.allowed, c.count, c.reset_at, extract(epoch FROM c.retry_after) * 1000 AS retry_ms, c.status,' +
+        ' c.reset_at < pg_catalog.statement_timestamp() + $4::interval AS opened' +
+        ` FROM ${tenantAndKey},` +
+        ` LATERAL ${s}pklimit_check(t.key, $3::bigint, $4::interval, cost => $5::bigint${durable}${algorithm}${anchor}) c`,
       decrement: `SELECT ${s}pklimit_decrement(t.key, 1${durable}) AS count FROM ${tenantAndKey}`,
       forget: `SELECT ${s}pklimit_forget(t.key) AS forgotten FROM ${tenantAndKey}`,
     };
@@ -143,26 +189,31 @@ class PklimitStore {
     this.keepsRefusals = this.limitIsNumber && this.algorithm === 'gcra';
     // only a middleware that takes requests back calls decrement
     this.takesBack = Boolean(options.skipFailedRequests || options.skipSuccessfulRequests);
+    this.buildQueries();
   }
 
-  // Increments that recorded nothing a decrement could take back (an
-  // unavailable answer; a GCRA refusal), per tenant and key: that many of
-  // the key's decrements take nothing back.  The middleware takes a request
-  // back through the store that counted it, and a key's events are alike,
-  // so which decrement is skipped does not matter.
-  skipNextDecrement(tenant, key) {
-    if (!this.takesBack) return;
-    const id = JSON.stringify([tenant, key]);
-    this.unrecorded.set(id, (this.unrecorded.get(id) || 0) + 1);
+  // express-rate-limit hands the store only the key, but calls increment
+  // and, once the response is known, decrement of one request in that
+  // request's async context.  An increment enters a note into it before
+  // its first await, so that the rest of the request carries the note; an
+  // increment that recorded nothing a decrement could take back (an
+  // unavailable answer, a GCRA refusal) marks it, and the decrement of
+  // that request, and of no other, takes nothing back.  The note lives
+  // and dies with the request: nothing is kept per key.
+  noteIncrement(tenant, key) {
+    if (!this.takesBack) return undefined;
+    const note = { tenant, key, recorded: true, spent: false };
+    this.increments.enterWith(note);
+    return note;
   }
 
-  skipsDecrement(tenant, key) {
-    const id = JSON.stringify([tenant, key]);
-    const n = this.unrecorded.get(id);
-    if (!n) return false;
-    if (n === 1) this.unrecorded.delete(id);
-    else this.unrecorded.set(id, n - 1);
-    return true;
+  // Is this decrement that of an increment of the same request which
+  // recorded nothing?  A note answers for one decrement.
+  recordedNothing(tenant, key) {
+    const note = this.increments.getStore();
+    if (note === undefined || note.spent || note.tenant !== tenant || note.key !== key) return false;
+    note.spent = true;
+    return !note.recorded;
   }
 
   tenantFor(key) {
@@ -170,13 +221,53 @@ class PklimitStore {
     return tenant == null ? '' : String(tenant);
   }
 
+  // Runs one of the store's statements.  SQLSTATE 42883 (or 3F000, of the
+  // schema option) means that pklimit is not where the store looks, or is
+  // older than the statement: said so, with what to do.
+  async query(text, params) {
+    try {
+      return await this.pool.query(text, params);
+    } catch (error) {
+      if (error?.code !== '42883' && !(error?.code === '3F000' && this.schema !== undefined)) throw error;
+      throw (await this.missing(error)) ?? error;
+    }
+  }
+
+  async missing(error) {
+    let found;
+    try {
+      ({ rows: [found] } = await this.pool.query(
+        "SELECT pg_catalog.current_database() AS db, e.extversion AS version, n.nspname AS schema," +
+        ' n.nspname = ANY (pg_catalog.current_schemas(false)) AS on_path' +
+        " FROM (SELECT 1) one LEFT JOIN pg_catalog.pg_extension e ON e.extname = 'pklimit'" +
+        ' LEFT JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace'));
+    } catch {
+      return undefined;
+    }
+    const db = quoteIdent(found.db);
+    let what;
+    if (found.version === null) {
+      what = `pklimit is not installed in database ${db}: run CREATE EXTENSION pklimit in it` +
+        " (with pklimit in shared_preload_libraries), or give the store a pool on the database that has it";
+    } else if (this.schema !== undefined ? found.schema !== this.schema : !found.on_path) {
+      what = `pklimit is installed in schema ${quoteIdent(found.schema)} of database ${db},` +
+        (this.schema !== undefined ? ` not in ${quoteIdent(this.schema)}` : ' which is not on the search_path') +
+        `: pass schema: ${JSON.stringify(found.schema)} to PklimitStore`;
+    } else if (olderThan(found.version, this.needs)) {
+      what = `pklimit ${found.version} in database ${db} is older than this store needs (${this.needs}` +
+        (this.needs === NEEDS.anchor ? ", for anchor 'first'" : '') + '): run ALTER EXTENSION pklimit UPDATE in it' +
+        (this.needs === NEEDS.anchor && !olderThan(found.version, NEEDS.base) ? ", or pass anchor: 'epoch'" : '');
+    } else {
+      return undefined;
+    }
+    const wrapped = new Error(`rate-limit-pklimit: ${what} (${error.message})`, { cause: error });
+    wrapped.code = error.code;
+    return wrapped;
+  }
+
   async check(key, cost, tenant = this.tenantFor(key)) {
-    // gcra and sliding count against max_count: with a limit computed per
-    // request there is none, and their counts would mean nothing.
-    const algorithm = this.limitIsNumber ? this.algorithm : undefined;
-    const params = [tenant, this.prefix + key, this.maxCount, this.window, cost];
-    if (algorithm) params.push(algorithm);
-    const { rows } = await this.pool.query(algorithm ? this.sql.checkAlgorithm : this.sql.check, params);
+    const { rows } = await this.query(this.sql.check,
+      [tenant, this.prefix + key, this.maxCount, this.window, cost]);
     return rows[0];
   }
 
@@ -187,10 +278,11 @@ class PklimitStore {
 
   async increment(key) {
     const tenant = this.tenantFor(key);
+    const note = this.noteIncrement(tenant, key);
     const row = await this.check(key, 1, tenant);
     if (row.status !== 'ok' && row.status !== 'shadow') {
       this.unavailable('increment', key, row);
-      this.skipNextDecrement(tenant, key);
+      if (note) note.recorded = false;
       // allow: no hits, so the middleware lets the request through whatever
       // the limit; deny: more hits than any limit can allow.
       return { totalHits: row.allowed ? 0 : Number.MAX_SAFE_INTEGER, resetTime: undefined };
@@ -203,14 +295,18 @@ class PklimitStore {
     if (this.limitIsNumber) {
       totalHits = row.allowed ? Math.min(totalHits, this.limit) : Math.max(totalHits, this.limit + 1);
     }
-    if (this.keepsRefusals && !row.allowed) this.skipNextDecrement(tenant, key);
+    if (note && this.keepsRefusals && !row.allowed) note.recorded = false;
     // a refusal's Retry-After: when a call would be allowed again, which
     // for gcra and sliding comes before the key is back to zero
-    const resetTime = this.limitIsNumber && this.algorithm && this.algorithm !== 'fixed' && !row.allowed
+    const resetTime = this.callAlgorithm && this.callAlgorithm !== 'fixed' && !row.allowed
       ? new Date(Date.now() + Number(row.retry_ms)) : new Date(row.reset_at);
     return { totalHits, resetTime };
   }
 
+  // The key's hits and reset time, as express-rate-limit's MemoryStore
+  // answers them: undefined for a key without an open window, 0 hits for
+  // one whose hits were all taken back (seen only of a window anchored at
+  // its first event: an epoch-aligned one reads the same either way).
   async get(key) {
     const row = await this.check(key, 0);
     if (row.status !== 'ok' && row.status !== 'shadow') {
@@ -218,21 +314,21 @@ class PklimitStore {
       return undefined;
     }
     const totalHits = toCount(row.count);
-    if (totalHits === 0) return undefined;
+    if (totalHits === 0 && !(this.firstAnchored && row.opened)) return undefined;
     return { totalHits, resetTime: new Date(row.reset_at) };
   }
 
   async decrement(key) {
     const tenant = this.tenantFor(key);
-    if (this.skipsDecrement(tenant, key)) return;
-    const { rows } = await this.pool.query(this.sql.decrement, [tenant, this.prefix + key]);
+    if (this.recordedNothing(tenant, key)) return;
+    const { rows } = await this.query(this.sql.decrement, [tenant, this.prefix + key]);
     if (rows[0].count === null) {
       this.warn(`rate-limit-pklimit: store unavailable for decrement of key ${this.prefix + key}: nothing taken back`);
     }
   }
 
   async resetKey(key) {
-    const { rows } = await this.pool.query(this.sql.forget, [this.tenantFor(key), this.prefix + key]);
+    const { rows } = await this.query(this.sql.forget, [this.tenantFor(key), this.prefix + key]);
     if (rows[0].forgotten === null) {
       this.warn(`rate-limit-pklimit: store unavailable for reset of key ${this.prefix + key}: the count stays`);
     }

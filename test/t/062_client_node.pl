@@ -2,11 +2,12 @@
 # own test suite (node --test) runs express-rate-limit's real middleware in
 # Express apps against a pklimit node, on the durable and the memory path
 # (durable: false), and through pgbouncer in transaction mode (one server
-# connection); each of its tests is one assertion here.
-# npm ci installs express, express-rate-limit and pg from the committed
-# lockfile into a writable copy under the node's basedir (the test runs as an
-# unprivileged user from a copy of the tree).  A missing node, npm or
-# pgbouncer fails the test.
+# connection), and type-checks index.d.ts with tsc; each of its tests is one
+# assertion here.
+# npm ci installs express, express-rate-limit, pg and typescript from the
+# committed lockfile into a writable copy under the node's basedir (the test
+# runs as an unprivileged user from a copy of the tree).  A missing node, npm
+# or pgbouncer fails the test.
 use strict;
 use warnings;
 use FindBin;
@@ -27,8 +28,8 @@ BAIL_OUT('clients/node not found next to test/') unless $package;
 
 # The Node tests, by file and number: every one must report, none may skip.
 my @files = qw(test/store.test.js test/memory.test.js test/unavailable.test.js test/pgbouncer.test.js
-  test/esm.test.mjs);
-my $expected_tests = 32;
+  test/takeback.test.js test/anchor.test.js test/install.test.js test/types.test.js test/esm.test.mjs);
+my $expected_tests = 45;
 
 need('node', 'node', '--version') or BAIL_OUT('node is missing');
 need('npm', 'npm', '--version') or BAIL_OUT('npm is missing');
@@ -54,7 +55,8 @@ my ($out, $err) = ('', '');
 my $dir = "$base/node-client";
 make_path("$dir/test");
 copy("$package/$_", "$dir/$_") or die "copy $_: $!"
-  for (qw(package.json package-lock.json index.js index.d.ts README.md LICENSE test/helpers.js), @files);
+  for (qw(package.json package-lock.json index.js index.d.ts README.md LICENSE test/helpers.js
+	test/types.ts test/tsconfig.json), @files);
 local $ENV{npm_config_cache} = "$base/npm-cache";
 local $ENV{npm_config_update_notifier} = 'false';
 my $start = time;
@@ -62,7 +64,7 @@ my $start = time;
 my $ok = IPC::Run::run([ 'npm', 'ci', '--no-audit', '--no-fund', '--prefix', $dir ],
 	'>', \$out, '2>', \$err, IPC::Run::timeout(300));
 note sprintf('npm ci: %ds', time - $start);
-ok($ok, 'npm ci installs express, express-rate-limit and pg from the lockfile') or diag("$out\n$err");
+ok($ok, 'npm ci installs express, express-rate-limit, pg and typescript from the lockfile') or diag("$out\n$err");
 
 # What npm pack would publish: the package and nothing else.
 ($out, $err) = ('', '');

@@ -98,6 +98,19 @@ async function until(fn, what, ms = 30000) {
   }
 }
 
+// A store that counts the decrements the middleware made of it, once each
+// has finished (they come after the response is sent).
+class CountingStore extends PklimitStore {
+  constructor(options) { super(options); this.decrements = 0; }
+  async decrement(key) {
+    try {
+      await super.decrement(key);
+    } finally {
+      this.decrements++;
+    }
+  }
+}
+
 // The memory path's counters of this database in pklimit_stats (0 before
 // its first call).
 async function memoryStats() {
@@ -117,4 +130,6 @@ async function flushed() {
   await until(async () => (await sql(done, [now]))[0]?.done === true, 'a flush');
 }
 
-module.exports = { HOUR, pool, endPools, serve, sql, storedCount, unique, statuses, until, memoryStats, flushed };
+module.exports = {
+  HOUR, pool, endPools, serve, sql, storedCount, unique, statuses, until, memoryStats, flushed, CountingStore,
+};

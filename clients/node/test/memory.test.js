@@ -7,7 +7,7 @@ const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { PklimitStore } = require('rate-limit-pklimit');
 const {
-  HOUR, pool, endPools, serve, sql, storedCount, unique, statuses, until, memoryStats, flushed,
+  HOUR, pool, endPools, serve, sql, storedCount, unique, statuses, until, memoryStats, flushed, CountingStore,
 } = require('./helpers');
 
 after(endPools);
@@ -49,8 +49,9 @@ test('durable: false: RateLimit-* and Retry-After headers from pklimit\'s reset 
     await r.arrayBuffer();
   }
   const [{ reset_at: resetAt }] = await sql(
-    "SELECT reset_at FROM pklimit_check($1, 3, '3600000 milliseconds', cost => 0)", [`rl:${client}`]);
-  assert.equal(resetAt.getTime() % HOUR, 0, 'the window ends on an hour of the epoch');
+    "SELECT reset_at FROM pklimit_check($1, 3, '3600000 milliseconds', cost => 0, anchor => 'first')", [`rl:${client}`]);
+  assert.ok(resetAt >= responses[0].before + HOUR && resetAt <= responses[0].after + 1 + HOUR,
+    `the window ends an hour after the first hit: ${resetAt.toISOString()}`);
   assert.deepEqual(responses.map(({ r }) => r.status), [200, 200, 200, 429, 429]);
   assert.deepEqual(responses.map(({ r }) => r.headers.get('ratelimit-remaining')), ['2', '1', '0', '0', '0']);
   for (const { r, before, after } of responses) {
@@ -69,12 +70,6 @@ test('durable: false: RateLimit-* and Retry-After headers from pklimit\'s reset 
   await until(async () => (await storedCount(`g:rl:${client}`)) === 5, 'the flush of 5 hits');
   await app.close();
 });
-
-// A store that counts its finished decrements (they come after the response).
-class CountingStore extends PklimitStore {
-  constructor(options) { super(options); this.decrements = 0; }
-  async decrement(key) { await super.decrement(key); this.decrements++; }
-}
 
 test('durable: false with skipFailedRequests: 50 concurrent requests, 20 failing, taken back in memory', async () => {
   const client = unique('memory-skip');
@@ -107,7 +102,7 @@ test('durable: false is passed to every pklimit_check (the peek too) and pklimit
     return { store, sent };
   };
   // the durable value of each statement sent, by its function: false when
-  // false; the default leaves it out, a statement any pklimit 0.3.0 takes
+  // false; the default leaves it out, pklimit's own default
   const durableOf = ({ text }) => {
     const fn = /pklimit_(check|decrement|forget)\(/.exec(text)[1];
     const m = /durable => (\w+)/.exec(text);

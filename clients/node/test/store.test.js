@@ -5,7 +5,9 @@ const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { AsyncLocalStorage } = require('node:async_hooks');
 const { PklimitStore, pklimitTenant, withTenant, NO_LIMIT } = require('rate-limit-pklimit');
-const { HOUR, pool, endPools, serve, sql, storedCount, unique, statuses, until } = require('./helpers');
+const {
+  HOUR, pool, endPools, serve, sql, storedCount, unique, statuses, until, CountingStore,
+} = require('./helpers');
 
 after(endPools);
 
@@ -21,7 +23,7 @@ test('two replicas share one exact limit: exactly N requests pass, the rest get 
   await b.close();
 });
 
-test('RateLimit-* and Retry-After headers come from pklimit\'s epoch-aligned reset time', async () => {
+test('RateLimit-* and Retry-After headers come from pklimit\'s reset time, an hour after the first hit', async () => {
   const client = unique('headers');
   const key = `g:rl:${client}`;
   for (const [draft, legacy] of [['draft-6', true], ['draft-7', false], ['draft-8', false]]) {
@@ -34,8 +36,9 @@ test('RateLimit-* and Retry-After headers come from pklimit\'s epoch-aligned res
       responses.push({ r, before, after: Date.now(), body: await r.text() });
     }
     const [{ reset_at: resetAt }] = await sql(
-      "SELECT reset_at FROM pklimit_check($1, 2, '3600000 milliseconds', cost => 0)", [`rl:${k}`]);
-    assert.equal(resetAt.getTime() % HOUR, 0, 'the window ends on an hour of the epoch');
+      "SELECT reset_at FROM pklimit_check($1, 2, '3600000 milliseconds', cost => 0, anchor => 'first')", [`rl:${k}`]);
+    assert.ok(resetAt >= responses[0].before + HOUR && resetAt <= responses[0].after + 1 + HOUR,
+      `the window ends an hour after the first hit: ${resetAt.toISOString()}`);
     for (const [i, { r, before, after }] of responses.entries()) {
       const lo = Math.ceil((resetAt - after) / 1000);
       const hi = Math.ceil((resetAt - before) / 1000);
@@ -116,13 +119,6 @@ test('a hit made inside the app\'s transaction stays counted after its ROLLBACK'
   await app.close();
 });
 
-// A store that counts its finished decrements, so the test waits for them
-// (the middleware takes the hit back after the response is sent).
-class CountingStore extends PklimitStore {
-  constructor(options) { super(options); this.decrements = 0; }
-  async decrement(key) { await super.decrement(key); this.decrements++; }
-}
-
 for (const [option, taken] of [['skipFailedRequests', 20], ['skipSuccessfulRequests', 30]]) {
   test(`${option}: 50 concurrent requests, 20 failing, leave an exact count`, async () => {
     const client = unique(option);
@@ -157,12 +153,14 @@ test('resetKey forgets the key (pklimit_forget); get peeks without recording', a
   const app = await serve({ limiter: { limit: 3 } });
   assert.equal(await app.limit.getKey(client), undefined, 'get: undefined for a key with no hits');
   assert.equal(await storedCount(`g:rl:${client}`), null, 'get creates no row');
+  const first = Date.now();
   for (let i = 0; i < 3; i++) await app.get('/', { 'x-client': client });
+  const third = Date.now();
   assert.equal((await app.get('/', { 'x-client': client })).status, 429);
   const info = await app.limit.getKey(client);
   assert.equal(info.totalHits, 4);
-  assert.equal(info.resetTime.getTime() % HOUR, 0, 'get: the epoch-aligned reset time');
-  assert.ok(info.resetTime > new Date() && info.resetTime - new Date() <= HOUR);
+  assert.ok(info.resetTime >= first + HOUR && info.resetTime <= third + 1 + HOUR,
+    `get: the reset time, an hour after the first hit: ${info.resetTime.toISOString()}`);
   assert.equal((await app.limit.getKey(client)).totalHits, 4, 'get records nothing');
   await app.limit.resetKey(client);
   assert.equal(await storedCount(`g:rl:${client}`), null, 'resetKey deletes the count');
@@ -267,18 +265,26 @@ test('gcra with skipFailedRequests: a client that keeps retrying past the limit 
   await app.close();
 });
 
-test('gcra with skipFailedRequests: one tenant\'s refusals leave another tenant\'s decrements alone', async () => {
+test('gcra with skipFailedRequests: a refusal\'s decrement takes nothing, another request\'s takes its own hit', async () => {
   const client = unique('gcra-tenants');
   const store = new PklimitStore({ pool: pool(), algorithm: 'gcra' });
   store.init({ windowMs: HOUR, limit: 1, skipFailedRequests: true });
-  // acme refused, its decrement not yet come; globex counted, then taken back
-  await withTenant('acme', () => store.increment(client));
-  assert.equal((await withTenant('acme', () => store.increment(client))).totalHits, 2);
-  assert.equal((await withTenant('globex', () => store.increment(client))).totalHits, 1);
-  await withTenant('globex', () => store.decrement(client));
+  // a request is one async context, as the middleware's: its increment,
+  // then its decrement once its response is known
+  const request = (tenant, responded) => withTenant(tenant, async () => {
+    const { totalHits } = await store.increment(client);
+    await responded;
+    await store.decrement(client);
+    return totalHits;
+  });
+  assert.equal((await withTenant('acme', () => store.increment(client))).totalHits, 1, 'acme\'s bucket full');
+  // acme refused; before its decrement, a globex request counted and taken back
+  let respond;
+  const acme = request('acme', new Promise((resolve) => { respond = resolve; }));
+  assert.equal(await request('globex'), 1);
   assert.equal(await storedCount(`t6:globex:rl:${client}`), 0, 'globex\'s hit was taken back');
-  // acme's decrement, of its refusal, takes nothing from its full bucket
-  await withTenant('acme', () => store.decrement(client));
+  respond();
+  assert.equal(await acme, 2, 'acme refused');
   assert.equal((await withTenant('acme', () => store.increment(client))).totalHits, 2, 'acme stays refused');
 });
 
@@ -307,8 +313,27 @@ test('schema: pklimit installed in another schema, off the search_path', async (
   await app.close();
 });
 
+test('prefixes never share a count: a separator between prefix and key', async () => {
+  const client = unique('prefix');
+  const api = new PklimitStore({ pool: pool(), prefix: 'api' });
+  const apix = new PklimitStore({ pool: pool(), prefix: 'apix:' });
+  for (const store of [api, apix]) store.init({ windowMs: HOUR, limit: 5 });
+  assert.equal((await api.increment(`x:${client}`)).totalHits, 1);
+  assert.equal((await apix.increment(`:${client}`)).totalHits, 1, 'apix\'s key is not api\'s');
+  assert.deepEqual(await sql(
+    "SELECT key, count::int FROM platformkit_limits WHERE key LIKE '%' || $1 ORDER BY key COLLATE \"C\"", [`:${client}`]),
+  [{ key: `g:api:x:${client}`, count: 1 }, { key: `g:apix::${client}`, count: 1 }]);
+  assert.equal(api.prefix, 'api:');
+  assert.equal(new PklimitStore({ pool: pool() }).prefix, 'rl:', 'the default stays rl:');
+});
+
 test('bad options are refused', () => {
   assert.throws(() => new PklimitStore({}), /pool must be a pg.Pool/);
   assert.throws(() => new PklimitStore({ pool: pool(), algorithm: 'leaky' }), /algorithm must be one of fixed, gcra, sliding/);
+  assert.throws(() => new PklimitStore({ pool: pool(), anchor: 'midnight' }), /anchor must be one of first, epoch/);
+  for (const [prefix, hint] of [['rl:login:', 'rl-login:'], ['', 'rl:'], [':', 'rl:'], ['a::', 'a-:']]) {
+    assert.throws(() => new PklimitStore({ pool: pool(), prefix }),
+      new RegExp(`prefix must be a name without ':' .*got '${prefix}'; try '${hint}'`), prefix);
+  }
   assert.throws(() => pklimitTenant('x-tenant'), /getTenant must be a function/);
 });

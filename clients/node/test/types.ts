@@ -1,0 +1,36 @@
+// index.d.ts as an application uses it; type-checked by types.test.js.
+// Each @ts-expect-error is a use the types must refuse.
+import express from 'express';
+import { rateLimit, type Store } from 'express-rate-limit';
+import pg from 'pg';
+import { PklimitStore, pklimitTenant, withTenant, NO_LIMIT, type Anchor } from 'rate-limit-pklimit';
+
+const pool = new pg.Pool();
+const store = new PklimitStore({
+  pool, prefix: 'api', schema: 'Rate Limits', algorithm: 'gcra', anchor: 'epoch', durable: false,
+  logger: console, tenant: (key) => key.split('/')[0],
+});
+const app = express();
+app.use(pklimitTenant((req: express.Request) => req.get('x-tenant')));
+app.use(pklimitTenant(async (req: express.Request) => req.get('x-tenant') ?? null));
+const asStore: Store = store;
+app.use(rateLimit({ windowMs: 60_000, limit: 100, store: asStore }));
+app.use(rateLimit({ windowMs: 60_000, limit: 5, store: new PklimitStore({ pool: new pg.Client(), prefix: 'login:' }) }));
+
+const reset: Promise<void> = withTenant('acme', () => store.resetKey('k'));
+const anchor: Anchor = new PklimitStore({ pool }).anchor;
+const prefix: string = new PklimitStore({ pool }).prefix;
+const largest: string = NO_LIMIT;
+
+// @ts-expect-error the pool is required
+new PklimitStore({ prefix: 'api' });
+// @ts-expect-error an anchor pklimit does not have
+new PklimitStore({ pool, anchor: 'midnight' });
+// @ts-expect-error an algorithm pklimit does not have
+new PklimitStore({ pool, algorithm: 'leaky' });
+// @ts-expect-error durable is a boolean
+new PklimitStore({ pool, durable: 'false' });
+// @ts-expect-error the prefix is the store's own
+new PklimitStore({ pool }).prefix = 'x';
+
+export { reset, anchor, prefix, largest };
