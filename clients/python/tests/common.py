@@ -37,6 +37,34 @@ def rows(pattern, uri=URI):
                " ORDER BY key COLLATE \"C\"", (pattern,), uri)
 
 
+def in_database(uri, dbname):
+    """uri naming database dbname instead of its own."""
+    scheme, rest = uri.split("://", 1)
+    netloc, _, path = rest.partition("/")
+    _, mark, query = path.partition("?")
+    return f"{scheme}://{netloc}/{dbname}{mark}{query}"
+
+
+def database(dbname, *setup):
+    """The storage URI of database dbname of the cluster under test,
+    created with the statements setup run in it if it does not exist."""
+    uri = in_database(URI, dbname)
+    if not sql("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)):
+        sql(f'CREATE DATABASE "{dbname}"')
+        try:
+            for statement in setup:
+                sql(statement, uri=uri)
+        except Exception:
+            sql(f'DROP DATABASE "{dbname}"')
+            raise
+    return uri
+
+
+def clock():
+    """The database's clock, in seconds since the epoch."""
+    return sql("SELECT extract(epoch FROM clock_timestamp())::float8")[0][0]
+
+
 def unique(prefix):
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

@@ -11,11 +11,10 @@ from limits.errors import ConfigurationError
 from limits.storage import storage_from_string
 
 from app import create_app
-from common import (POOLER_URI, URI, flushed, memory_stats, rows, sql, unique, until,
-                    wait_for_room, window_end, with_query)
+from common import (POOLER_URI, URI, clock, flushed, memory_stats, rows, sql, unique, until,
+                    with_query)
 from test_flask import Served, exact_429_and_headers, get
 
-HOUR = 3600
 DAY = 86400
 
 
@@ -83,31 +82,42 @@ class DurableOption(unittest.TestCase):
                              "memory-test")
 
     def test_the_sql_sent(self):
-        for durable in (False, True):
-            storage = self.storage(durable=durable)
+        for durable, anchor in ((False, "first"), (True, "first"), (True, "epoch"), (False, "epoch")):
+            storage = self.storage(durable=durable, anchor=anchor)
             key = unique("sql")
             with sent_statements(storage) as sent:
                 storage.incr(key, DAY)
                 storage.get(key)
                 storage.get_expiry(key)
                 storage.clear(key)
-            self.assertEqual(len(sent), 4)
-            incr, count, peek, forget = sent
-            # durable => false when false; the default leaves it out, so that
-            # the statement is one any pklimit 0.3.0 takes
-            for statement in (incr, peek):
+                storage.acquire_sliding_window_entry(key, 5, DAY)
+                storage.get_sliding_window(key, DAY)
+            self.assertEqual(len(sent), 6)
+            incr, count, peek, forget, acquire, window = sent
+            # durable => false and anchor => 'first' only when they are not
+            # the server's defaults, so that anchor 'epoch' runs on any
+            # pklimit from 0.3.0 on; the anchor only for the fixed window
+            for statement in (incr, peek, acquire, window):
                 if durable:
                     self.assertNotIn("durable", statement)
                 else:
                     self.assertIn("durable => false", statement)
+            for statement in (incr, peek):
+                if anchor == "first":
+                    self.assertIn("anchor => 'first'", statement)
+                else:
+                    self.assertNotIn("anchor", statement)
+            for statement in (acquire, window):
+                self.assertIn("algorithm => 'sliding'", statement)
+                self.assertNotIn("anchor", statement, "pklimit refuses anchor 'first' for 'sliding'")
             self.assertIn("cost => 0", peek)
+            self.assertIn("record_refused => false", acquire)
             for other in (count, forget):
                 self.assertNotIn("durable", other, "pklimit_count and pklimit_forget are exact on both paths")
 
     def test_pklimit_decides_in_memory(self):
         storage = self.storage(with_query(URI, durable="false"))
         key = unique("stats")
-        wait_for_room(DAY)
         calls, reads = memory_stats()
         self.assertEqual(storage.incr(key, DAY), 1)
         self.assertEqual(rows(key), [("g:" + key, 1)], "the first hit, committed by the worker")
@@ -120,16 +130,19 @@ class DurableOption(unittest.TestCase):
     def test_peek_count_and_clear_in_memory(self):
         storage = self.storage(durable=False)
         key = unique("clear")
-        wait_for_room(DAY)
-        before = time.time()
+        before = int(time.time())
         self.assertGreaterEqual(storage.get_expiry(key), before, "no open window: now")
         self.assertEqual(storage.get(key), 0)
         flushed()
         self.assertEqual(rows(key), [], "a peek creates no row, even after a flush")
+        opened = clock()
         self.assertEqual([storage.incr(key, DAY) for _ in range(3)], [1, 2, 3])
+        opened = (opened, clock())
         self.assertEqual(storage.incr(key, DAY, amount=2), 5)
         self.assertEqual(storage.get(key), 5, "get: every hit, before a flush")
-        self.assertEqual(storage.get_expiry(key), window_end(DAY))
+        end = storage.get_expiry(key)
+        self.assertGreaterEqual(end, int(opened[0] + DAY), "a day after the first hit")
+        self.assertLessEqual(end, opened[1] + DAY)
         until(lambda: rows(key) == [("g:" + key, 5)], "the flush of 5 hits")
         storage.clear(key)
         self.assertEqual(storage.get(key), 0)
@@ -153,7 +166,6 @@ class MemoryReplicas(unittest.TestCase):
     def test_concurrent_requests_exact(self):
         client = unique("memory-burst")
         bases = self.replicas("10 per day")
-        wait_for_room(DAY)
         calls, _ = memory_stats()
         # the first hit reads the key into memory, committed by the worker
         self.assertEqual(get(bases[0], client)[0], 200)

@@ -1,5 +1,6 @@
 """The storage's methods called directly, as limits' strategies call them."""
 
+import importlib.metadata
 import logging
 import os
 import sys
@@ -7,6 +8,7 @@ import time
 import unittest
 
 import flask
+import limits.errors
 import psycopg
 from flask_limiter import Limiter
 from limits import parse
@@ -18,7 +20,7 @@ import pklimit
 import pklimit.limits
 from pklimit.limits import PklimitStorage, using_tenant
 
-from common import URI, rows, sql, unique, wait_for_room, window_end, with_query
+from common import URI, clock, rows, sql, unique, until, wait_for_room, window_end, with_query
 
 DAY = 86400
 
@@ -37,9 +39,32 @@ class StorageTest(unittest.TestCase):
             self.assertIs(SCHEMES.get(scheme), PklimitStorage, scheme)
         self.assertNotIsInstance(self.storage, MovingWindowSupport)
 
+    def test_typed(self):
+        # PEP 561: the installed package says its annotations are to be read
+        self.assertTrue(os.path.isfile(os.path.join(os.path.dirname(pklimit.__file__), "py.typed")))
+
+    def test_wrap_exceptions(self):
+        # limits 3.8 and later wrap a storage's base_exceptions in
+        # StorageError when asked; before, there is no StorageError
+        port = sql("SELECT setting FROM pg_settings WHERE name = 'port'")[0][0]
+        down = with_query(URI, port=int(port) + 7919, pool_timeout=0.2)
+        if hasattr(limits.errors, "StorageError"):
+            storage = storage_from_string(down, wrap_exceptions=True)
+            self.addCleanup(storage.close)
+            self.assertIs(storage.base_exceptions, psycopg.Error)
+            with self.assertRaises(limits.errors.StorageError) as raised:
+                storage.incr(unique("wrap"), DAY)
+            self.assertIsInstance(raised.exception.storage_error, psycopg.Error)
+        else:
+            with self.assertRaisesRegex(ConfigurationError, "limits 3.8"):
+                storage_from_string(down, wrap_exceptions=True)
+        storage = storage_from_string(down)
+        self.addCleanup(storage.close)
+        with self.assertRaises(psycopg.Error, msg="unwrapped by default"):
+            storage.incr(unique("wrap"), DAY)
+
     def test_every_scheme_counts_in_the_same_database(self):
         key = unique("scheme")
-        wait_for_room(DAY)
         tail = URI.split("://", 1)[1]
         counts = []
         for uri in ("pklimit+postgresql://" + tail, "pklimit+postgres://" + tail, "pklimit://"):
@@ -50,7 +75,6 @@ class StorageTest(unittest.TestCase):
 
     def test_incr_returns_the_count_after(self):
         key = unique("incr")
-        wait_for_room(DAY)
         self.assertEqual(self.storage.incr(key, DAY), 1)
         self.assertEqual(self.storage.incr(key, DAY, amount=5), 6)
         self.assertEqual(self.storage.incr(key, DAY), 7)
@@ -59,7 +83,6 @@ class StorageTest(unittest.TestCase):
 
     def test_amount_zero_records_nothing(self):
         key = unique("zero")
-        wait_for_room(DAY)
         self.assertEqual(self.storage.incr(key, DAY, amount=0), 0)
         self.assertEqual(rows(key), [])
         self.storage.incr(key, DAY, amount=2)
@@ -67,7 +90,6 @@ class StorageTest(unittest.TestCase):
 
     def test_strategy_counts_refused_hits(self):
         key = unique("strategy")
-        wait_for_room(DAY)
         limiter = FixedWindowRateLimiter(self.storage)
         item = parse("3 per day")
         self.assertEqual([limiter.hit(item, key) for _ in range(5)], [True] * 3 + [False] * 2)
@@ -79,26 +101,50 @@ class StorageTest(unittest.TestCase):
     def test_get_of_unknown_key_is_zero(self):
         self.assertEqual(self.storage.get(unique("never")), 0)
 
-    def test_get_expiry_is_the_epoch_aligned_window_end(self):
+    def test_a_window_starts_at_the_first_hit(self):
+        key = unique("first")
+        for seconds in (DAY, 2):
+            opened = clock()
+            self.assertEqual(self.storage.incr(key + str(seconds), seconds), 1)
+            opened = (opened, clock())
+            end = self.storage.get_expiry(key + str(seconds))
+            self.assertGreaterEqual(end, int(opened[0] + seconds), "the first hit's moment + the window")
+            self.assertLessEqual(end, opened[1] + seconds)
+        short = key + "2"  # the 2 s window, opened last
+        self.assertEqual(self.storage.incr(short, 2, amount=3), 4)
+        self.assertEqual(self.storage.get_expiry(short), end, "the window stays the first hit's")
+        until(lambda: clock() >= opened[1] + 2, "the window's end")
+        self.assertEqual(self.storage.incr(short, 2), 1, "a new window, from its own first hit")
+
+    def test_get_expiry_is_the_epoch_aligned_window_end_with_anchor_epoch(self):
+        storage = storage_from_string(with_query(URI, anchor="epoch"))
+        self.addCleanup(storage.close)
         key = unique("expiry")
         for seconds in (3600, DAY):
             wait_for_room(seconds, need=30)
             before = window_end(seconds)
-            self.storage.incr(key + str(seconds), seconds)
-            expiry = self.storage.get_expiry(key + str(seconds))
-            self.assertIsInstance(expiry, float)
+            storage.incr(key + str(seconds), seconds)
+            expiry = storage.get_expiry(key + str(seconds))
             self.assertEqual(expiry, before)
             self.assertEqual(expiry % seconds, 0, "aligned to the epoch")
 
+    def test_get_expiry_is_of_the_type_limits_declares(self):
+        # limits' storages answer an int before 4.0 (its own tests compare
+        # get_window_stats with int(time.time())), a float from 4.0 on
+        declared = int if int(importlib.metadata.version("limits").split(".")[0]) < 4 else float
+        key = unique("type")
+        self.storage.incr(key, DAY)
+        for expiry in (self.storage.get_expiry(key), self.storage.get_expiry(unique("never"))):
+            self.assertIs(type(expiry), declared)
+
     def test_get_expiry_of_unknown_key_is_now(self):
-        before = time.time()
+        before = int(time.time())
         expiry = self.storage.get_expiry(unique("never"))
         self.assertGreaterEqual(expiry, before)
         self.assertLessEqual(expiry, time.time())
 
     def test_clear_forgets_the_count(self):
         key = unique("clear")
-        wait_for_room(DAY)
         self.storage.incr(key, DAY, amount=4)
         self.assertIsNone(self.storage.clear(key))
         self.assertEqual(self.storage.get(key), 0)
@@ -115,7 +161,6 @@ class StorageTest(unittest.TestCase):
 
     def test_reset_is_not_supported(self):
         key = unique("reset")
-        wait_for_room(DAY)
         self.storage.incr(key, DAY)
         with self.assertRaises(NotImplementedError):
             self.storage.reset()
@@ -178,7 +223,6 @@ class StorageTest(unittest.TestCase):
 class TenantTest(unittest.TestCase):
     def test_tenants_never_meet(self):
         key = unique("tenant")
-        wait_for_room(DAY)
         current = {"value": "acme"}
         storage = storage_from_string(URI, tenant=lambda: current["value"])
         self.addCleanup(storage.close)
@@ -198,7 +242,6 @@ class TenantTest(unittest.TestCase):
 
     def test_context_variable(self):
         key = unique("ctx")
-        wait_for_room(DAY)
         storage = storage_from_string(URI)
         self.addCleanup(storage.close)
         with using_tenant("acme"):
@@ -211,7 +254,6 @@ class TenantTest(unittest.TestCase):
 
     def test_no_tenant_leaks_on_the_pooled_connection(self):
         key = unique("leak")
-        wait_for_room(DAY)
         current = {"value": "acme"}
         storage = storage_from_string(with_query(URI, pool_min_size=1, pool_max_size=1),
                                       tenant=lambda: current["value"])

@@ -3,6 +3,7 @@ node where no worker can start (every call answers no_worker at once)."""
 
 import logging
 import sys
+import time
 import unittest
 import urllib.parse
 
@@ -41,6 +42,13 @@ class Unavailable(unittest.TestCase):
             self.assertEqual(storage.get(unique("allow")), 0)
         with self.assertLogs("pklimit", logging.WARNING):
             storage.clear(unique("allow"))
+        before = int(time.time())
+        with self.assertLogs("pklimit", logging.WARNING):
+            self.assertGreaterEqual(storage.get_expiry(unique("allow")), before, "now")
+        with self.assertLogs("pklimit", logging.WARNING):
+            self.assertIs(storage.acquire_sliding_window_entry(unique("allow"), 1, DAY, amount=5), True)
+        with self.assertLogs("pklimit", logging.WARNING):
+            self.assertEqual(storage.get_sliding_window(unique("allow"), DAY), (0, 0.0, 0, 0.0))
         self.assertFalse(storage.check())
 
     def test_deny(self):
@@ -49,6 +57,10 @@ class Unavailable(unittest.TestCase):
             self.assertEqual(storage.incr(unique("deny"), DAY), sys.maxsize)
         with self.assertLogs("pklimit", logging.WARNING):
             self.assertEqual(storage.get(unique("deny")), sys.maxsize)
+        with self.assertLogs("pklimit", logging.WARNING):
+            self.assertIs(storage.acquire_sliding_window_entry(unique("deny"), 10, DAY), False)
+        with self.assertLogs("pklimit", logging.WARNING):
+            self.assertEqual(storage.get_sliding_window(unique("deny"), DAY), (0, 0.0, sys.maxsize, 0.0))
 
     def test_error(self):
         storage = self.storage("error")
@@ -57,8 +69,12 @@ class Unavailable(unittest.TestCase):
         self.assertEqual(raised.exception.sqlstate, "53000")
         with self.assertRaises(psycopg.Error):
             storage.get(unique("error"))
-        with self.assertRaises(psycopg.Error):
-            storage.clear(unique("error"))
+        for call in (lambda: storage.clear(unique("error")), lambda: storage.get_expiry(unique("error")),
+                     lambda: storage.acquire_sliding_window_entry(unique("error"), 1, DAY),
+                     lambda: storage.get_sliding_window(unique("error"), DAY)):
+            with self.assertRaises(psycopg.Error) as raised:
+                call()
+            self.assertEqual(raised.exception.sqlstate, "53000")
         self.assertFalse(storage.check())
 
     def flask(self, on_unavailable, swallow_errors):

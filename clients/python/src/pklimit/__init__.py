@@ -5,4 +5,4 @@
 ``pklimit+postgres://`` and ``pklimit://`` URL schemes.
 """
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"

@@ -9,32 +9,51 @@ Every method is one SQL statement in autocommit on a connection of a
 ``psycopg_pool.ConnectionPool``; the tenant, if any, is set for that
 statement only.  With the option ``durable`` false, hits take pklimit's
 memory path (decided in shared memory, written to the table within
-``pklimit.flush_interval``).  Only the fixed window is offered: see
-README.md.
+``pklimit.flush_interval``).  The fixed window is offered on every
+version of ``limits``, the sliding window counter where ``limits`` has it
+(4.1 and later); the moving window is not: see README.md.
+
+The storage keeps no state of its own per key: every answer is pklimit's,
+read from the database at the call, so no key an attacker chooses grows
+anything in the application.
 """
 
 import contextlib
 import contextvars
 import logging
 import os
+import re
 import sys
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type, Union
 
-from psycopg import sql
+import psycopg
+from psycopg import pq, sql
+from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool
 
+from limits import errors as limits_errors
 from limits.errors import ConfigurationError
 from limits.storage import Storage
 
-__all__ = ["PklimitStorage", "tenant", "set_tenant", "using_tenant"]
+try:  # limits 4.1 and later
+    from limits.storage.base import SlidingWindowCounterSupport, TimestampedSlidingWindow
+
+    # pklimit's sliding windows are aligned to the Unix epoch, as the
+    # windows of limits' timestamp-keyed storages are.
+    SLIDING_BASES: Tuple[type, ...] = (SlidingWindowCounterSupport, TimestampedSlidingWindow)
+except ImportError:
+    SLIDING_BASES = ()
+
+__all__ = ["PklimitStorage", "PklimitSetupError", "tenant", "set_tenant", "using_tenant"]
 
 logger = logging.getLogger("pklimit")
 
-# The storage is not told the limit (limits compares the count it returns);
-# the largest bigint refuses nothing, so the count is the same.
+# The storage is not told the limit of a fixed window (limits compares the
+# count it returns); the largest bigint refuses nothing, so the count is
+# the same.
 NO_LIMIT = 9223372036854775807
 
 # incr's answer when the store is unavailable and pklimit.on_unavailable is
@@ -55,15 +74,35 @@ POOL_OPTIONS = {
     "pool_max_lifetime": float,
 }
 
-# Options of the URI's query string and of storage_options that are the
-# storage's own, not libpq's: the pool's and durable.
-STORAGE_OPTIONS = (*POOL_OPTIONS, "durable")
+# The storage's own options that the URI's query string may give too.
+URI_OPTIONS = (*POOL_OPTIONS, "durable", "anchor", "schema")
+
+# The storage's own options given only in storage_options; wrap_exceptions
+# is limits' (3.8 and later).
+OBJECT_OPTIONS = ("tenant", "pool", "wrap_exceptions")
+
+# Keywords of psycopg.connect that are not libpq's.
+CONNECT_KEYWORDS = ("autocommit", "prepare_threshold", "row_factory", "cursor_factory", "context")
 
 # The spellings of the "durable" option given as a string (as in the URI),
 # in any case; any other value is refused.
 BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
+# Where a fixed window starts: at the event that finds no open window, as
+# limits' own storages start it (needs pklimit 0.4.0), or at a multiple of
+# its length since the Unix epoch, pklimit's default.
+ANCHORS = ("first", "epoch")
+
 SCHEME_PREFIXES = ("pklimit+postgresql://", "pklimit+postgres://", "pklimit://")
+
+# Before 4.0, limits declares get_expiry an int; from 4.0 on, a float.
+EXPIRY_TYPE: Type = float if "float" in str(Storage.get_expiry.__annotations__.get("return")) else int
+
+
+class PklimitSetupError(ConfigurationError):
+    """pklimit's functions cannot be called as the storage calls them in
+    its database: the message says what to run there.  Its ``__cause__`` is
+    the server's error (SQLSTATE 42883)."""
 
 
 def set_tenant(value: Optional[str]) -> contextvars.Token:
@@ -93,7 +132,42 @@ def _durable(value: Any) -> bool:
         % (value,))
 
 
-def _libpq_uri(uri: str) -> "tuple[str, dict]":
+def _anchor(value: Any) -> str:
+    """The ``anchor`` option: 'first' or 'epoch', in any case."""
+    if isinstance(value, str) and value.lower() in ANCHORS:
+        return value.lower()
+    raise ConfigurationError(
+        "the pklimit storage option anchor must be 'first' or 'epoch', got %r" % (value,))
+
+
+def _pool_option(name: str, value: Any) -> Union[int, float]:
+    try:
+        return POOL_OPTIONS[name](value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            "the pklimit storage option %s must be a number, got %r" % (name, value)) from None
+
+
+def _refuse_unknown(names: Iterator[str], known: Tuple[str, ...], where: str) -> None:
+    """Refuses a name that neither the storage nor libpq knows, at once:
+    libpq would refuse it at every connection, and the pool would only
+    time out.  Names are case-sensitive, as libpq's are."""
+    for name in names:
+        if name in known:
+            continue
+        near = [k for k in (*URI_OPTIONS, *OBJECT_OPTIONS, *known) if k.lower() == name.lower()]
+        raise ConfigurationError(
+            "the pklimit storage does not know the %s %r%s" % (
+                where, name,
+                " (names are case-sensitive: did you mean %r?)" % near[0] if near else
+                ": it is neither the storage's nor a libpq connection parameter"))
+
+
+def _libpq_keywords() -> Tuple[str, ...]:
+    return tuple(o.keyword.decode() for o in pq.Conninfo.get_defaults())
+
+
+def _split_uri(uri: str) -> "tuple[str, dict]":
     """The libpq URI of a storage URI, and the storage's own options taken
     out of its query string (libpq refuses parameters it does not know)."""
     for prefix in SCHEME_PREFIXES:
@@ -107,59 +181,93 @@ def _libpq_uri(uri: str) -> "tuple[str, dict]":
     netloc_path, _, query = rest.partition("?")
     kept, own = [], {}
     for name, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
-        if name in STORAGE_OPTIONS:
+        if name in URI_OPTIONS:
             own[name] = value
         else:
             kept.append((name, value))
+    # libpq's URIs also take ssl=true (sslmode=require)
+    _refuse_unknown((name for name, _ in kept), (*_libpq_keywords(), "ssl"), "URI parameter")
     libpq = "postgresql://" + netloc_path
     if kept:
         libpq += "?" + urllib.parse.urlencode(kept, quote_via=urllib.parse.quote)
     return libpq, own
 
 
-class PklimitStorage(Storage):
-    """Fixed-window counts in PostgreSQL with the pklimit extension.
+def _version(text: str) -> Tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
+    """Rate limit counts in PostgreSQL with the pklimit extension: the
+    fixed window, and the sliding window counter where ``limits`` has it.
 
     :param uri: ``pklimit+postgresql://user:password@host:port/dbname?...``;
-     every query parameter but ``durable`` and the ``pool_*`` ones goes to
-     libpq.
+     every query parameter but the storage's options (``durable``,
+     ``anchor``, ``schema`` and the ``pool_*`` ones) goes to libpq.
     :param options: ``durable`` (default true: each hit is committed before
      its answer; false: pklimit's memory path, decided in shared memory and
      written to the table within ``pklimit.flush_interval``, so that a
      crash may lose the last 2 x ``pklimit.flush_interval`` of hits; a
-     bool, or true/false, 1/0, yes/no in any case), ``tenant`` (a string,
+     bool, or true/false, 1/0, yes/no in any case), ``anchor`` (where a
+     fixed window starts: 'first', the default, at the key's first hit
+     with no window open, as limits' own storages do; 'epoch', at a
+     multiple of its length since the Unix epoch), ``tenant`` (a string,
      or a callable returning the tenant of the current call, '' or None
      for none), ``schema`` (the schema of the pklimit functions; default:
      the search path), ``pool`` (a ``ConnectionPool`` of your own to use
      instead of one of the storage's), ``pool_min_size`` (default 1),
      ``pool_max_size`` (default 10), ``pool_timeout`` (seconds to wait for
-     a connection, default 5), ``pool_max_idle``, ``pool_max_lifetime``;
-     any other option is a keyword of ``psycopg.connect``.
+     a connection, default 5), ``pool_max_idle``, ``pool_max_lifetime``,
+     ``wrap_exceptions`` (limits 3.8 and later); any other option is a
+     keyword of ``psycopg.connect``.  A name neither knows raises
+     ``ConfigurationError``.
     """
 
     STORAGE_SCHEME = ["pklimit+postgresql", "pklimit+postgres", "pklimit"]
 
     def __init__(self, uri: str, **options: Any) -> None:
-        super().__init__(uri, **options)
-        self.conninfo, own = _libpq_uri(uri)
-        own.update({k: options.pop(k) for k in list(options) if k in STORAGE_OPTIONS})
-        self.pool_options = {k: POOL_OPTIONS[k](v) for k, v in own.items() if k in POOL_OPTIONS}
-        # durable => of every pklimit_check (incr and the peek); pklimit_count
-        # and pklimit_forget are exact on both paths
+        self.conninfo, own = _split_uri(uri)
+        _refuse_unknown(
+            (k for k in options if k not in URI_OPTIONS),
+            (*OBJECT_OPTIONS, *CONNECT_KEYWORDS, *_libpq_keywords()), "option")
+        own.update({k: options.pop(k) for k in list(options) if k in URI_OPTIONS})
+        wrap = options.pop("wrap_exceptions", False)
+        if hasattr(limits_errors, "StorageError"):
+            super().__init__(uri, wrap_exceptions=wrap)
+        elif wrap:
+            raise ConfigurationError("wrap_exceptions needs limits 3.8 or later")
+        else:
+            super().__init__(uri)
+        self.pool_options = {k: _pool_option(k, v) for k, v in own.items() if k in POOL_OPTIONS}
+        # durable => of every pklimit_check; pklimit_count and
+        # pklimit_forget are exact on both paths
         self.durable = _durable(own.get("durable", True))
+        self.anchor = _anchor(own.get("anchor", "first"))
+        self.schema: Optional[str] = own.get("schema") or None
         self.tenant_option: Union[None, str, Callable[[], Optional[str]]] = options.pop("tenant", None)
-        schema = options.pop("schema", None)
         self.given_pool: Optional[ConnectionPool] = options.pop("pool", None)
         # No named prepared statements (they break pgbouncer's transaction
         # pooling) and autocommit: each statement is its own transaction.
         self.connect_kwargs = {"autocommit": True, "prepare_threshold": None, **options}
+        try:
+            make_conninfo(self.conninfo, **{k: v for k, v in options.items()
+                                            if k not in CONNECT_KEYWORDS})
+        except psycopg.ProgrammingError as error:
+            raise ConfigurationError("the pklimit storage's connection: %s" % error) from None
         self._pool: Optional[ConnectionPool] = None
         self._pool_pid = 0
         self._pool_lock = threading.Lock()
-        self._statements = self._build_statements(schema, self.durable)
+        self._statements = self._build_statements(self.schema, self.durable, self.anchor)
+        self._needs = self._needed_versions(self.durable, self.anchor)
+
+    @property
+    def base_exceptions(self) -> Union[Type[Exception], Tuple[Type[Exception], ...]]:
+        """What limits 3.8 and later wrap in ``StorageError`` with
+        ``wrap_exceptions``: the server's errors and the pool's timeout."""
+        return psycopg.Error
 
     @staticmethod
-    def _build_statements(schema: Optional[str], durable: bool) -> dict:
+    def _build_statements(schema: Optional[str], durable: bool, anchor: str) -> Dict[str, sql.Composable]:
         def fn(name: str) -> sql.Composable:
             return sql.SQL(".").join([sql.Identifier(schema), sql.Identifier(name)]) if schema \
                 else sql.Identifier(name)
@@ -171,29 +279,49 @@ class PklimitStorage(Storage):
         scoped = sql.SQL(
             "(SELECT pg_catalog.set_config('platformkit.tenant', %s::text, true) AS tenant,"
             " %s::text AS key OFFSET 0) t")
-        # only when false: the default statements are those any pklimit
-        # 0.3.0 takes
+        # Arguments sent only when they are not the server's defaults, so
+        # that the statements are those the oldest pklimit that has the
+        # feature takes.
         durable_arg = sql.SQL("") if durable else sql.SQL(", durable => false")
-        return {
-            "incr": sql.SQL(
-                "SELECT c.allowed, c.count, c.status FROM {scoped},"
-                " LATERAL {check}(t.key, {no_limit}, %s::bigint * interval '1 second',"
-                " cost => %s::bigint{durable}) c").format(
-                    scoped=scoped, check=fn("pklimit_check"), no_limit=sql.Literal(NO_LIMIT),
-                    durable=durable_arg),
-            "peek": sql.SQL(
-                "SELECT c.count, extract(epoch FROM c.reset_at)::float8, c.status FROM {scoped},"
-                " LATERAL {check}(t.key, {no_limit}, interval '1 second', cost => 0{durable})"
-                " c").format(
-                    scoped=scoped, check=fn("pklimit_check"), no_limit=sql.Literal(NO_LIMIT),
-                    durable=durable_arg),
-            "get": sql.SQL(
-                "SELECT {count}(t.key), pg_catalog.current_setting('pklimit.on_unavailable')"
-                " FROM {scoped}").format(scoped=scoped, count=fn("pklimit_count")),
-            "clear": sql.SQL(
-                "SELECT {forget}(t.key) FROM {scoped}").format(
-                    scoped=scoped, forget=fn("pklimit_forget")),
-        }
+        fixed = durable_arg + (sql.SQL(", anchor => 'first'") if anchor == "first" else sql.SQL(""))
+        sliding = sql.SQL(", algorithm => 'sliding'") + durable_arg
+        names = dict(check=fn("pklimit_check"), count=fn("pklimit_count"),
+                     forget=fn("pklimit_forget"), no_limit=sql.Literal(NO_LIMIT), scoped=scoped,
+                     fixed=fixed, sliding=sliding)
+        return {name: sql.SQL(text).format(**names) for name, text in {
+            "incr": "SELECT c.allowed, c.count, c.status FROM {scoped},"
+                    " LATERAL {check}(t.key, {no_limit}, %s::bigint * interval '1 second',"
+                    " cost => %s::bigint{fixed}) c",
+            "peek": "SELECT c.count, extract(epoch FROM c.reset_at)::float8, c.status FROM {scoped},"
+                    " LATERAL {check}(t.key, {no_limit}, interval '1 second', cost => 0{fixed}) c",
+            "get": "SELECT {count}(t.key), pg_catalog.current_setting('pklimit.on_unavailable')"
+                   " FROM {scoped}",
+            "clear": "SELECT {forget}(t.key) FROM {scoped}",
+            # refused hits record nothing, as limits' own storages refuse them
+            "acquire_sliding": "SELECT c.allowed, c.count, c.status FROM {scoped},"
+                               " LATERAL {check}(t.key, %s::bigint, %s::bigint * interval '1 second',"
+                               " cost => %s::bigint, record_refused => false{sliding}) c",
+            # The estimate, and when the next event is freed: a second peek,
+            # with the estimate as the limit, answers that as its retry_after.
+            "sliding_window": "SELECT c.allowed, c.count, c.status,"
+                              " extract(epoch FROM pg_catalog.clock_timestamp())::float8, r.retry"
+                              " FROM {scoped}, LATERAL {check}(t.key, {no_limit},"
+                              " %s::bigint * interval '1 second', cost => 0{sliding}) c,"
+                              " LATERAL (SELECT CASE WHEN c.count > 0 THEN"
+                              " (SELECT extract(epoch FROM n.retry_after)::float8 FROM {check}(t.key,"
+                              " c.count, %s::bigint * interval '1 second', cost => 0{sliding}) n)"
+                              " END AS retry) r",
+        }.items()}
+
+    @staticmethod
+    def _needed_versions(durable: bool, anchor: str) -> Dict[str, Tuple[str, str]]:
+        """The oldest pklimit each statement runs on, and the feature that
+        needs it, for the message of a call that finds its function missing."""
+        fixed = ("0.4.0", "the option anchor 'first'") if anchor == "first" else \
+            ("0.3.0", "the option durable false") if not durable else ("0.2.0", "the storage")
+        sliding = ("0.3.0", "the sliding window counter")
+        return {"incr": fixed, "peek": fixed, "get": ("0.1.0", ""), "clear": ("0.1.0", ""),
+                "acquire_sliding": sliding, "sliding_window": sliding}
 
     @property
     def pool(self) -> ConnectionPool:
@@ -237,14 +365,57 @@ class PklimitStorage(Storage):
 
     def _one(self, statement: str, *params: Any) -> tuple:
         with self.pool.connection() as conn:
-            return conn.execute(self._statements[statement],
-                                (self.current_tenant(), *params)).fetchone()
+            try:
+                return conn.execute(self._statements[statement],
+                                    (self.current_tenant(), *params)).fetchone()
+            except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as error:
+                # 42883: a pklimit function, as the statement calls it, is
+                # not there; 3F000: the option schema's schema is not
+                setup = self._diagnose(conn, statement)
+                if setup is None:
+                    raise
+                raise PklimitSetupError(setup) from error
+
+    def _diagnose(self, conn: psycopg.Connection, statement: str) -> Optional[str]:
+        """Why pklimit's function was not found in the connection's
+        database, and what to run; None if the cause is something else."""
+        try:
+            database, version, schema, on_path = conn.execute(
+                "SELECT pg_catalog.current_database(), e.extversion, n.nspname,"
+                " n.nspname = ANY (pg_catalog.current_schemas(false))"
+                " FROM (VALUES (1)) v"
+                " LEFT JOIN pg_catalog.pg_extension e ON e.extname = 'pklimit'"
+                " LEFT JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace").fetchone()
+        except psycopg.Error:  # e.g. inside an application's aborted transaction
+            return None
+        if version is None:
+            return ("pklimit is not installed in database %r: run CREATE EXTENSION pklimit in it"
+                    " (pklimit must be in shared_preload_libraries), or point the storage at the"
+                    " database that has it" % database)
+        if self.schema not in (None, schema) or (self.schema is None and not on_path):
+            return ("pklimit is installed in schema %r of database %r, %s: pass the storage"
+                    " option schema=%r (or ?schema=%s in the URI)" % (
+                        schema, database,
+                        "not in %r that the option schema names" % self.schema if self.schema
+                        else "which is not on the search path", schema, schema))
+        needed, feature = self._needs[statement]
+        if _version(version) < _version(needed):
+            return ("pklimit %s in database %r is older than %s needs (%s): install pklimit %s or"
+                    " later on the server and run ALTER EXTENSION pklimit UPDATE in that database%s"
+                    % (version, database, feature, needed, needed,
+                       ", or pass the storage option anchor='epoch'" if "anchor" in feature else ""))
+        return None
+
+    @staticmethod
+    def _unavailable(status: str, key: str, what: str) -> None:
+        logger.warning("pklimit store unavailable (%s) for key %r: %s", status, key, what)
 
     def incr(self, key: str, expiry: int, elastic_expiry: bool = False, amount: int = 1) -> int:
         """Records ``amount`` events for ``key`` in its window of ``expiry``
-        seconds (aligned to the Unix epoch) and returns the window's count.
-        When the store is unavailable: ``sys.maxsize`` under
-        ``pklimit.on_unavailable = 'deny'``, 0 under ``'allow'``."""
+        seconds and returns the window's count.  When the store is
+        unavailable: ``sys.maxsize`` under ``pklimit.on_unavailable =
+        'deny'``, 0 under ``'allow'``.  (``elastic_expiry`` is the argument
+        of limits before 5.0.)"""
         if elastic_expiry:
             raise ConfigurationError(
                 "the pklimit storage does not support elastic expiry: pklimit never "
@@ -252,8 +423,7 @@ class PklimitStorage(Storage):
         allowed, count, status = self._one("incr", key, int(expiry), int(amount))
         if count is not None:
             return int(count)
-        logger.warning("pklimit store unavailable (%s) for key %r: counted as %s",
-                       status, key, "allowed" if allowed else "refused")
+        self._unavailable(status, key, "counted as %s" % ("allowed" if allowed else "refused"))
         return 0 if allowed else DENIED_COUNT
 
     def get(self, key: str) -> int:
@@ -266,16 +436,15 @@ class PklimitStorage(Storage):
                        key, "refused" if on_unavailable == "deny" else "allowed")
         return DENIED_COUNT if on_unavailable == "deny" else 0
 
-    def get_expiry(self, key: str) -> float:
-        """When the key's open window ends, as seconds since the epoch; now if
+    def get_expiry(self, key: str) -> Union[int, float]:
+        """When the key's open window ends, in seconds since the epoch; now if
         the key has no open window, as limits' own storages answer, and also
-        when the store is unavailable."""
+        when the store is unavailable.  An int where limits declares one
+        (before 4.0), else a float."""
         count, reset_at, status = self._one("peek", key)
         if count is None:
             logger.warning("pklimit store unavailable (%s) for key %r: no reset time", status, key)
-        if not count:
-            return time.time()
-        return float(reset_at)
+        return EXPIRY_TYPE(reset_at if count else time.time())
 
     def check(self) -> bool:
         """True if the pklimit store answers: a peek that records nothing."""
@@ -293,7 +462,41 @@ class PklimitStorage(Storage):
         raise NotImplementedError("pklimit cannot delete every key; clear keys one by one")
 
     def clear(self, key: str) -> None:
-        """Deletes the key's count (``pklimit_forget``)."""
+        """Deletes the key's count, whatever its algorithm (``pklimit_forget``)."""
         (forgotten,) = self._one("clear", key)
         if forgotten is None:
             logger.warning("pklimit store unavailable for key %r: count not cleared", key)
+
+    # The sliding window counter (limits 4.1 and later): pklimit's
+    # algorithm 'sliding', whose estimate is limits' own.
+
+    def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        """Records ``amount`` events if pklimit's estimate of the last
+        ``expiry`` seconds, with them, is at most ``limit``; a refusal records
+        nothing.  One call, decided by pklimit on the key's row: there is
+        nothing to take back after a race.  When the store is unavailable,
+        ``pklimit.on_unavailable``'s answer."""
+        allowed, count, status = self._one("acquire_sliding", key, int(limit), int(expiry), int(amount))
+        if count is None:
+            self._unavailable(status, key, "answered %s" % ("allowed" if allowed else "refused"))
+        return bool(allowed)
+
+    def get_sliding_window(self, key: str, expiry: int) -> Tuple[int, float, int, float]:
+        """pklimit's estimate, rounded up, as the current window's count,
+        with nothing in the previous one, and as its time to live when the
+        next event is freed (at most the end of the current window, as
+        limits' own storages answer): limits' strategy then shows pklimit's
+        own remaining count and reset time.  When the store is unavailable:
+        nothing counted under 'allow', ``sys.maxsize`` under 'deny'."""
+        allowed, count, status, now, retry = self._one("sliding_window", key, int(expiry), int(expiry))
+        if count is None:
+            self._unavailable(status, key, "window read as %s" % ("empty" if allowed else "full"))
+            return 0, 0.0, 0 if allowed else DENIED_COUNT, 0.0
+        if not count:
+            return 0, 0.0, 0, 0.0
+        window_end = (now // expiry + 1) * expiry
+        return 0, 0.0, int(count), max(0.0, min(retry, window_end - now))
+
+    def clear_sliding_window(self, key: str, expiry: int) -> None:
+        """Deletes the key's count (one row per key, whatever its windows)."""
+        self.clear(key)
