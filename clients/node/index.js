@@ -82,6 +82,35 @@ function keyPrefix(prefix) {
   return stem + ':';
 }
 
+// A key as the database can store it, distinct keys kept distinct: text
+// holds no NUL, and a lone surrogate would reach the server as U+FFFD (so
+// 'bob\uD800' and 'bob\uDC00' would share a count).  '%', NUL and lone
+// surrogates are escaped ('%25', '%00', '%uD800'); every other key is
+// stored as it is.  (A key that fails at the server would let a request
+// through with passOnStoreError.)
+function escapeKey(key) {
+  const s = String(key);
+  if (!/[%\0\uD800-\uDFFF]/.test(s)) return s;
+  let out = '';
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length &&
+        s.charCodeAt(i + 1) >= 0xdc00 && s.charCodeAt(i + 1) <= 0xdfff) {
+      out += s[i] + s[i + 1];  // a pair: one character, stored as it is
+      i++;
+    } else if (c >= 0xd800 && c <= 0xdfff) {
+      out += '%u' + c.toString(16).toUpperCase();
+    } else if (c === 0x25) {
+      out += '%25';
+    } else if (c === 0) {
+      out += '%00';
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 // Versions as pklimit writes them, compared numerically: is a older than b?
 function olderThan(a, b) {
   const x = a.split('.').map(Number);
@@ -181,7 +210,9 @@ class PklimitStore {
     }
     this.limitIsNumber = typeof options.limit === 'number';
     this.limit = this.limitIsNumber ? options.limit : undefined;
-    this.maxCount = this.limitIsNumber ? String(Math.max(0, Math.floor(options.limit))) : NO_LIMIT;
+    // a limit past the largest bigint (Infinity, 2 ** 63) refuses nothing
+    this.maxCount = !this.limitIsNumber || !(options.limit < 2 ** 63) ? NO_LIMIT
+      : String(Math.max(0, Math.floor(options.limit)));
     // express-rate-limit takes its own 429 answers back too when it skips
     // failed requests.  A GCRA refusal records at most a full bucket, so
     // taking it back would free room it never took (docs/algorithms.md,
@@ -265,14 +296,18 @@ class PklimitStore {
     return wrapped;
   }
 
+  storedKey(key) {
+    return this.prefix + escapeKey(key);
+  }
+
   async check(key, cost, tenant = this.tenantFor(key)) {
     const { rows } = await this.query(this.sql.check,
-      [tenant, this.prefix + key, this.maxCount, this.window, cost]);
+      [tenant, this.storedKey(key), this.maxCount, this.window, cost]);
     return rows[0];
   }
 
   unavailable(what, key, row) {
-    this.warn(`rate-limit-pklimit: store unavailable (${row.status}) for ${what} of key ${this.prefix + key}:` +
+    this.warn(`rate-limit-pklimit: store unavailable (${row.status}) for ${what} of key ${this.storedKey(key)}:` +
       ` pklimit.on_unavailable answered ${row.allowed ? 'allow' : 'deny'}`);
   }
 
@@ -321,16 +356,16 @@ class PklimitStore {
   async decrement(key) {
     const tenant = this.tenantFor(key);
     if (this.recordedNothing(tenant, key)) return;
-    const { rows } = await this.query(this.sql.decrement, [tenant, this.prefix + key]);
+    const { rows } = await this.query(this.sql.decrement, [tenant, this.storedKey(key)]);
     if (rows[0].count === null) {
-      this.warn(`rate-limit-pklimit: store unavailable for decrement of key ${this.prefix + key}: nothing taken back`);
+      this.warn(`rate-limit-pklimit: store unavailable for decrement of key ${this.storedKey(key)}: nothing taken back`);
     }
   }
 
   async resetKey(key) {
-    const { rows } = await this.query(this.sql.forget, [this.tenantFor(key), this.prefix + key]);
+    const { rows } = await this.query(this.sql.forget, [this.tenantFor(key), this.storedKey(key)]);
     if (rows[0].forgotten === null) {
-      this.warn(`rate-limit-pklimit: store unavailable for reset of key ${this.prefix + key}: the count stays`);
+      this.warn(`rate-limit-pklimit: store unavailable for reset of key ${this.storedKey(key)}: the count stays`);
     }
   }
 }

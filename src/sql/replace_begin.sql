@@ -17,7 +17,7 @@ BEGIN
 	SELECT pg_catalog.array_agg(s::pg_catalog.regprocedure::pg_catalog.oid)
 	  INTO replaced
 	  FROM pg_catalog.regexp_split_to_table(
-			pg_catalog.current_setting('pklimit_update.replaced'), '\s*;\s*') s;
+			pg_catalog.current_setting('pklimit_update.replaced'), '[[:space:]]*;[[:space:]]*') s;
 	-- a view by its name, not by its rule's
 	SELECT pg_catalog.string_agg(DISTINCT COALESCE(
 			(SELECT pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass,
@@ -40,7 +40,7 @@ BEGIN
 				(SELECT pg_catalog.string_agg(DISTINCT p.proname::pg_catalog.text, ', ')
 				   FROM pg_catalog.pg_proc p
 				  WHERE p.oid OPERATOR(pg_catalog.=) ANY (replaced))),
-			HINT = 'Drop those objects, run ALTER EXTENSION pklimit UPDATE, then create them again.';
+			HINT = 'Drop those objects, run ALTER EXTENSION pklimit UPDATE, then create them again; a temporary one (in a pg_temp schema) goes when its session ends.';
 	END IF;
 	PERFORM pg_catalog.set_config('pklimit_update.acl_' OPERATOR(pg_catalog.||) p.proname,
 				COALESCE(p.proacl::pg_catalog.text, ''), true),

@@ -5,9 +5,9 @@
 -- before replace_begin.sql) takes the owner and privileges of the function
 -- of its name it replaced, or else the privileges of the function named
 -- for it in the setting pklimit_update.privileges_from ("name=signature", separated
--- by ";"), or else the defaults.  The privileges become the grants of a
--- user made by the owner (recorded as no initial privileges of the
--- extension, which pg_dump then dumps as a user's), and what default
+-- by ";"), or else the defaults.  The privileges become a user's grants,
+-- each made by its grantor as before (recorded as no initial privileges of
+-- the extension, which pg_dump then dumps as a user's), and what default
 -- privileges (ALTER DEFAULT PRIVILEGES) gave a new function gives way to
 -- them: a database that took recording away from PUBLIC does not get it
 -- back with the new functions.
@@ -15,6 +15,8 @@ DO $replace_end$
 DECLARE
 	f record;
 	a record;
+	statement pg_catalog.text;
+	role_before pg_catalog.text := pg_catalog.current_setting('role');
 BEGIN
 	FOR f IN
 		WITH created AS (
@@ -36,7 +38,7 @@ BEGIN
 			SELECT pg_catalog.split_part(l, '=', 1) AS name,
 				   pg_catalog.split_part(l, '=', 2)::pg_catalog.regprocedure AS model
 			  FROM pg_catalog.regexp_split_to_table(
-					pg_catalog.current_setting('pklimit_update.privileges_from'), '\s*;\s*') l
+					pg_catalog.current_setting('pklimit_update.privileges_from'), '[[:space:]]*;[[:space:]]*') l
 			 WHERE l OPERATOR(pg_catalog.<>) '')
 		SELECT c.oid, c.oid::pg_catalog.regprocedure::pg_catalog.text AS signature,
 			   c.proowner, c.proacl,
@@ -70,16 +72,48 @@ BEGIN
 		LOOP
 			EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM %s', f.signature, a.grantee);
 		END LOOP;
+		-- each grant made again by its grantor, a grant before those its
+		-- grant option allowed; one its grantor can no longer make becomes
+		-- the owner's, with a WARNING
 		FOR a IN
-			SELECT CASE WHEN x.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
-				   ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END AS grantee,
-				   x.is_grantable
-			  FROM pg_catalog.aclexplode(COALESCE(f.saved,
-					pg_catalog.acldefault('f', f.proowner))) x
-			 WHERE x.grantee OPERATOR(pg_catalog.<>) f.proowner
+			WITH RECURSIVE items AS (
+				SELECT x.grantor, x.grantee, x.is_grantable
+				  FROM pg_catalog.aclexplode(COALESCE(f.saved,
+						pg_catalog.acldefault('f', f.proowner))) x
+				 WHERE x.grantee OPERATOR(pg_catalog.<>) f.proowner),
+			chain(grantor, grantee, is_grantable, depth) AS (
+				SELECT i.grantor, i.grantee, i.is_grantable, 0 FROM items i
+				 WHERE i.grantor OPERATOR(pg_catalog.=) f.proowner
+				UNION
+				SELECT i.grantor, i.grantee, i.is_grantable, c.depth OPERATOR(pg_catalog.+) 1
+				  FROM items i JOIN chain c ON i.grantor OPERATOR(pg_catalog.=) c.grantee
+				 WHERE c.is_grantable AND c.depth OPERATOR(pg_catalog.<) 64)
+			SELECT i.grantor, i.is_grantable,
+				   CASE WHEN i.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+				   ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(i.grantee)) END AS grantee
+			  FROM items i
+			 ORDER BY (SELECT pg_catalog.min(c.depth) FROM chain c
+						WHERE c.grantor OPERATOR(pg_catalog.=) i.grantor
+						  AND c.grantee OPERATOR(pg_catalog.=) i.grantee) NULLS LAST
 		LOOP
-			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', f.signature,
+			statement := pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', f.signature,
 				a.grantee, CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+			IF a.grantor OPERATOR(pg_catalog.=) f.proowner THEN
+				EXECUTE statement;
+				CONTINUE;
+			END IF;
+			BEGIN
+				PERFORM pg_catalog.set_config('role', pg_catalog.pg_get_userbyid(a.grantor), true);
+				EXECUTE statement;
+				PERFORM pg_catalog.set_config('role', role_before, true);
+			EXCEPTION WHEN OTHERS THEN
+				-- (the failed subtransaction takes back its role)
+				RAISE WARNING 'pklimit: % of % by % could not be made by %, so the function''s owner made it',
+					pg_catalog.split_part(statement, ' TO ', 1), a.grantee,
+					pg_catalog.pg_get_userbyid(a.grantor), pg_catalog.pg_get_userbyid(a.grantor)
+					USING DETAIL = SQLERRM;
+				EXECUTE statement;
+			END;
 		END LOOP;
 		DELETE FROM pg_catalog.pg_init_privs i
 		 WHERE i.objoid OPERATOR(pg_catalog.=) f.oid

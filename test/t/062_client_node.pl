@@ -28,8 +28,9 @@ BAIL_OUT('clients/node not found next to test/') unless $package;
 
 # The Node tests, by file and number: every one must report, none may skip.
 my @files = qw(test/store.test.js test/memory.test.js test/unavailable.test.js test/pgbouncer.test.js
-  test/takeback.test.js test/anchor.test.js test/install.test.js test/types.test.js test/esm.test.mjs);
-my $expected_tests = 45;
+  test/takeback.test.js test/anchor.test.js test/install.test.js test/keys.test.js test/types.test.js
+  test/esm.test.mjs);
+my $expected_tests = 47;
 
 need('node', 'node', '--version') or BAIL_OUT('node is missing');
 need('npm', 'npm', '--version') or BAIL_OUT('npm is missing');

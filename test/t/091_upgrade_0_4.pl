@@ -28,7 +28,7 @@ $node->append_conf('postgresql.conf', "shared_preload_libraries = 'pklimit'\nmax
 $node->start;
 my $version = "SELECT extversion FROM pg_extension WHERE extname = 'pklimit'";
 my $recording = q{p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')};
-$node->safe_psql('postgres', 'CREATE ROLE app; CREATE ROLE keeper');
+$node->safe_psql('postgres', 'CREATE ROLE app; CREATE ROLE keeper; CREATE ROLE bob');
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'SET client_min_messages = error; CREATE EXTENSION pklimit');
 is($node->safe_psql('fresh', $version), '0.4.0', 'a new install is at 0.4.0');
@@ -120,7 +120,11 @@ $node->safe_psql('carried', q{
 	REVOKE ALL ON FUNCTION pklimit_check_all(text[], bigint[], interval[], bigint, boolean, interval, text, boolean)
 	  FROM PUBLIC;
 	GRANT EXECUTE ON FUNCTION pklimit_check_all(text[], bigint[], interval[], bigint, boolean, interval, text, boolean)
-	  TO app WITH GRANT OPTION});
+	  TO app WITH GRANT OPTION;
+	SET ROLE app;
+	GRANT EXECUTE ON FUNCTION pklimit_check_all(text[], bigint[], interval[], bigint, boolean, interval, text, boolean)
+	  TO bob;
+	RESET ROLE});
 for my $planted ("pklimit_update.acl_pklimit_allow_all = '{app=X/postgres}'",
 	"pklimit_update.replaced_names = 'pklimit_count'", "pklimit_update.acl_pklimit_count = '{app=X/postgres}'",
 	"pklimit_update.privileges_from = 'pklimit_count=pklimit_purge(interval)'")
@@ -139,6 +143,16 @@ is($node->safe_psql('carried', qq{
 	'pklimit_allow:true:false:false:postgres pklimit_allow_all:true:true:false:postgres'
 	  . ' pklimit_check:false:false:false:keeper pklimit_check_all:true:false:true:postgres',
 	'a grant, a REVOKE from PUBLIC, a grant option, an owner and the defaults are carried');
+my $grantors = q{SELECT string_agg(a.grantee::regrole || '/' || a.grantor::regrole, ' ' ORDER BY 1)
+	  FROM pg_proc p, aclexplode(p.proacl) a
+	 WHERE p.proname = 'pklimit_check_all' AND p.pronargs = %d AND a.grantee <> p.proowner};
+is($node->safe_psql('carried', sprintf($grantors, 9)), 'app/postgres bob/app',
+	"a grant made with another role's grant option keeps its grantor");
+$node->safe_psql('carried', 'REVOKE ALL ON FUNCTION pklimit_check_all(text[], bigint[], interval[], bigint, boolean,'
+	  . ' interval, text, boolean, text) FROM app CASCADE');
+is($node->safe_psql('carried', q{SELECT has_function_privilege('bob', 'pklimit_check_all(text[], bigint[],
+	interval[], bigint, boolean, interval, text, boolean, text)', 'EXECUTE')}), 'f',
+	'so that revoking the grant option with CASCADE takes it back');
 is($node->safe_psql('carried', q{SELECT has_function_privilege('app', 'pklimit_count(text)', 'EXECUTE')
 	|| ':' || (SELECT proacl IS NULL FROM pg_proc WHERE oid = 'pklimit_count(text)'::regprocedure)}), 'true:true',
 	'a function the update does not replace keeps its privileges, whatever the planted settings say');
@@ -176,6 +190,18 @@ is($node->safe_psql('fresh_defaults', qq{
 	'pklimit_allow:false:false pklimit_allow_all:false:false pklimit_check:false:false pklimit_check_all:false:false',
 	'installed under those default privileges, the recording functions have what the install of 0.2.0 gave them:'
 	  . ' nothing for PUBLIC, no grant to app');
+
+# --- a schema whose name starts with "s", with standard_conforming_strings
+# off (where a backslash in a string is an escape): installed and updated
+$node->safe_psql('postgres', 'CREATE DATABASE escapes');
+$node->safe_psql('postgres', 'ALTER DATABASE escapes SET standard_conforming_strings = off');
+$node->safe_psql('escapes', "CREATE SCHEMA svc; SET client_min_messages = error;
+	CREATE EXTENSION pklimit SCHEMA svc VERSION '0.3.0'");
+$node->safe_psql('escapes', "ALTER EXTENSION pklimit UPDATE TO '0.4.0'");
+is($node->safe_psql('escapes', $version), '0.4.0', 'standard_conforming_strings off: the update to 0.4.0 goes through');
+$node->safe_psql('escapes', 'CREATE SCHEMA sec; DROP EXTENSION pklimit; SET client_min_messages = error;
+	CREATE EXTENSION pklimit SCHEMA sec');
+is($node->safe_psql('escapes', $version), '0.4.0', 'and so does a fresh install');
 
 $node->stop;
 done_testing();

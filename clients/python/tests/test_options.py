@@ -74,3 +74,24 @@ class Options(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class OptionValues(unittest.TestCase):
+    """Options whose values would break every call later are refused when
+    the storage is made: rows of another shape, transactions left open, a
+    pool that cannot hold a connection."""
+
+    def test_row_shapes_are_refused(self):
+        for name in ("row_factory", "cursor_factory", "context"):
+            with self.subTest(option=name), \
+                    self.assertRaisesRegex(ConfigurationError, f"'{name}'.*neither the storage's nor"):
+                storage_from_string(URI, **{name: object()})
+
+    def test_autocommit_stays_on(self):
+        with self.assertRaisesRegex(ConfigurationError, "autocommit"):
+            storage_from_string(URI, autocommit=False)
+
+    def test_pool_sizes_are_checked(self):
+        for sizes in ({"pool_max_size": 0}, {"pool_min_size": 5, "pool_max_size": 2}, {"pool_min_size": -1}):
+            with self.subTest(**sizes), self.assertRaisesRegex(ConfigurationError, "pool_min_size <= pool_max_size"):
+                storage_from_string(URI, **sizes)

@@ -81,8 +81,23 @@ URI_OPTIONS = (*POOL_OPTIONS, "durable", "anchor", "schema")
 # is limits' (3.8 and later).
 OBJECT_OPTIONS = ("tenant", "pool", "wrap_exceptions")
 
-# Keywords of psycopg.connect that are not libpq's.
-CONNECT_KEYWORDS = ("autocommit", "prepare_threshold", "row_factory", "cursor_factory", "context")
+# Keywords of psycopg.connect that are not libpq's and that the storage
+# takes (row_factory, cursor_factory and context would change the rows it
+# reads: refused as unknown).  autocommit must stay true.
+CONNECT_KEYWORDS = ("autocommit", "prepare_threshold")
+
+# What the database cannot store in a key, or would not keep apart: NUL,
+# and surrogates (not encodable in UTF-8).  Escaped with '%' ('%00',
+# '%uD800', and '%' itself as '%25'), as rate-limit-pklimit escapes them.
+_KEY_ESCAPES = re.compile("[%\x00\ud800-\udfff]")
+
+
+def _escape_key(key: str) -> str:
+    """The key as stored: every other key as it is."""
+    def escape(match: "re.Match[str]") -> str:
+        c = match.group(0)
+        return "%25" if c == "%" else "%00" if c == "\x00" else "%%u%04X" % ord(c)
+    return _KEY_ESCAPES.sub(escape, key)
 
 # The spellings of the "durable" option given as a string (as in the URI),
 # in any case; any other value is refused.
@@ -248,7 +263,16 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
         self.given_pool: Optional[ConnectionPool] = options.pop("pool", None)
         # No named prepared statements (they break pgbouncer's transaction
         # pooling) and autocommit: each statement is its own transaction.
+        if options.get("autocommit", True) is not True:
+            raise ConfigurationError(
+                "the pklimit storage runs each statement in autocommit: leave autocommit out")
         self.connect_kwargs = {"autocommit": True, "prepare_threshold": None, **options}
+        min_size = self.pool_options.get("pool_min_size", 1)
+        max_size = self.pool_options.get("pool_max_size", 10)
+        if not 0 <= min_size <= max_size or max_size < 1:
+            raise ConfigurationError(
+                "the pklimit storage's pool needs 0 <= pool_min_size <= pool_max_size and"
+                " pool_max_size >= 1, got %s and %s" % (min_size, max_size))
         try:
             make_conninfo(self.conninfo, **{k: v for k, v in options.items()
                                             if k not in CONNECT_KEYWORDS})
@@ -366,8 +390,9 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
     def _one(self, statement: str, *params: Any) -> tuple:
         with self.pool.connection() as conn:
             try:
+                key, *rest = params
                 return conn.execute(self._statements[statement],
-                                    (self.current_tenant(), *params)).fetchone()
+                                    (self.current_tenant(), _escape_key(key), *rest)).fetchone()
             except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as error:
                 # 42883: a pklimit function, as the statement calls it, is
                 # not there; 3F000: the option schema's schema is not
