@@ -65,17 +65,6 @@ stored_key_arg(FunctionCallInfo fcinfo)
 	return pklimit_key_value(PG_GETARG_TEXT_PP(0), "key");
 }
 
-void
-pklimit_check_preloaded(void)
-{
-	if (!pklimit_preloaded())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pklimit is not loaded"),
-				 errdetail("pklimit records events through background workers, which need shared memory set up at server start."),
-				 errhint("Add pklimit to shared_preload_libraries in postgresql.conf and restart the server.")));
-}
-
 /*
  * Hand n requests (one, or the requests of one group) to this database's
  * worker and wait for their answers, within pklimit.timeout.  The requests'

@@ -356,7 +356,7 @@ typedef enum PklimitStat
 	PKLIMIT_STAT_COUNT
 } PklimitStat;
 
-/* pklimit.c: settings, the shared lock, wait events */
+/* settings.c: settings, the shared lock, wait events */
 extern int	pklimit_default_max;
 extern int64 pklimit_default_window_usec;
 extern int	pklimit_timeout;
@@ -364,17 +364,19 @@ extern int	pklimit_on_unavailable;
 extern int	pklimit_queue_size;
 extern int	pklimit_max_workers;
 extern int	pklimit_worker_idle_timeout;
+extern char *pklimit_databases;
 extern bool pklimit_shadow_mode;
 extern bool pklimit_asynchronous_commit;
 extern bool pklimit_track_stats;
 extern int	pklimit_memory_keys;
 extern int	pklimit_flush_interval;
+extern void pklimit_define_settings(bool preload);
 extern LWLock *pklimit_lock;
 extern bool pklimit_preloaded(void);
+extern void pklimit_check_preloaded(void);
 extern uint32 pklimit_wait_event(PklimitWait wait);
 
 /* api.c: the SQL functions' common steps */
-extern void pklimit_check_preloaded(void);
 extern TimestampTz pklimit_run(FunctionCallInfo fcinfo,
 							   PklimitRequest *requests,
 							   PklimitAnswer *answers, int n);
