@@ -445,6 +445,8 @@ extern PGDLLEXPORT void pklimit_worker_main(Datum main_arg);
 extern void pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 						  PklimitSession *session,
 						  MemoryContext memory_context);
+
+/* entry.c: the rules of a batch entry's state */
 extern void pklimit_answer_unapplied(PklimitEntry *entry, PklimitStatus status);
 extern void pklimit_set_aside(PklimitEntry *entry, TimestampTz now);
 extern bool pklimit_waits_with(const PklimitRequest *r,
