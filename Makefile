@@ -1,7 +1,7 @@
 # pklimit: PGXS build, install and tests
 
 MODULE_big = pklimit
-OBJS = src/pklimit.o src/settings.o src/api.o src/key.o src/queue.o src/registry.o src/worker.o src/entry.o \
+OBJS = src/pklimit.o src/settings.o src/api.o src/key.o src/queue.o src/shares.o src/registry.o src/worker.o src/entry.o \
 	src/check.o src/apply.o src/xact.o src/unit.o src/limit.o src/table.o src/store.o src/purge.o src/stats.o src/hooks.o \
 	src/guards.o src/cron.o src/memory.o src/flush.o
 

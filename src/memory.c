@@ -5,7 +5,8 @@
  *		states, decided on by calls with durable => false in the calling
  *		backend and by the worker for calls it finds there; the entries'
  *		directory, which the worker walks to flush; the shares of the
- *		databases; and the least recently used entries given back.  What a
+ *		databases (their rule is shares.c's); and the least recently used
+ *		entries given back.  What a
  *		call decides is limit.c's; writing entries to the table is
  *		flush.c's, in the worker's transactions.  Nothing here touches the
  *		table, and only the worker puts entries in.
@@ -34,6 +35,7 @@
 #include "utils/timestamp.h"
 
 #include "pklimit.h"
+#include "shares.h"
 
 /* Partitions of the table, each with its lock (a power of 2). */
 #define MEMORY_PARTITIONS 128
@@ -295,55 +297,42 @@ memory_share(void)
 }
 
 /*
- * May database d take a free entry now?  Within its share, whenever one is
- * free; past it, only while the free ones still cover what the other served
- * databases' shares have not used.  Control lock held.
+ * The entries of their shares that the served databases other than d leave
+ * unused.  Control lock held.
+ */
+static int
+others_unused(int d)
+{
+	int			quota = memory_share();
+	int			unused = 0;
+
+	for (int o = 0; o < MEMORY_DATABASES; o++)
+	{
+		MemoryDatabase *db = &shared->databases[o];
+
+		if (o != d && OidIsValid(db->dboid) && db->worker)
+			unused += pklimit_share_unused(quota, db->held);
+	}
+	return unused;
+}
+
+/*
+ * May database d take a free entry now, by the rule of shares (shares.c)?
+ * Otherwise entries must be given back first.  Control lock held.
  */
 static bool
 may_take(int d)
 {
-	int			quota = memory_share();
-	int			reserved = 0;
-
-	if (shared->nfree == 0)
-		return false;
-	if (shared->databases[d].held < quota)
-		return true;
-	for (int o = 0; o < MEMORY_DATABASES; o++)
-	{
-		MemoryDatabase *db = &shared->databases[o];
-
-		if (o != d && OidIsValid(db->dboid) && db->worker)
-			reserved += Max(0, quota - db->held);
-	}
-	return shared->nfree - 1 >= reserved;
-}
-
-/*
- * Do the other served databases' unused shares need more entries than are
- * free?  Control lock held.
- */
-static bool
-others_short(int d)
-{
-	int			quota = memory_share();
-	int			reserved = 0;
-
-	for (int o = 0; o < MEMORY_DATABASES; o++)
-	{
-		MemoryDatabase *db = &shared->databases[o];
-
-		if (o != d && OidIsValid(db->dboid) && db->worker)
-			reserved += Max(0, quota - db->held);
-	}
-	return reserved > shared->nfree;
+	return pklimit_share_verdict(memory_share(), shared->databases[d].held, 1,
+								 shared->nfree, others_unused(d)) ==
+		PKLIMIT_SHARE_TAKE;
 }
 
 /* Is database d past its share?  Control lock held. */
 static bool
 past_share(int d)
 {
-	return shared->databases[d].held > memory_share();
+	return pklimit_share_past(memory_share(), shared->databases[d].held);
 }
 
 /*
@@ -746,7 +735,7 @@ compare_candidates(const void *a, const void *b)
  * of its own, or of databases past their share.  Returns how many.
  */
 static int
-make_room(int d)
+give_back_entries(int d)
 {
 	Candidate  *candidates = palloc(sizeof(Candidate) * pklimit_memory_keys);
 	int			ncandidates = 0;
@@ -868,7 +857,7 @@ pklimit_memory_read_in(const char *stored_key, Oid nspid, Oid relid,
 		LWLockRelease(shared->control_lock);
 		if (e != NULL)
 			return found ? 0 : 1;
-		if (attempt > 0 || (evicted = make_room(d)) == 0)
+		if (attempt > 0 || (evicted = give_back_entries(d)) == 0)
 			return -1;
 		pklimit_stats_add(PKLIMIT_STAT_MEMORY_EVICTIONS, evicted);
 	}
@@ -1093,9 +1082,11 @@ pklimit_memory_shed(void)
 		return 0;
 	LWLockAcquire(shared->control_lock, LW_SHARED);
 	d = database_index(MyDatabaseId);
-	shed = d >= 0 && past_share(d) && others_short(d);
+	shed = d >= 0 && pklimit_share_owed(memory_share(),
+										shared->databases[d].held,
+										shared->nfree, others_unused(d));
 	LWLockRelease(shared->control_lock);
-	return shed ? make_room(d) : 0;
+	return shed ? give_back_entries(d) : 0;
 }
 
 /*
