@@ -6,8 +6,9 @@
  *		requests to the database's worker through the queue (queue.c), and
  *		what to answer when the worker cannot be reached, as
  *		pklimit.on_unavailable says; and the functions that read, forget or
- *		take events back from a key.  The recording calls are check.c's.  Nothing here
- *		touches the table.
+ *		take events back from a key.  A call whose keys the memory path holds
+ *		is decided there first.  The recording calls are check.c's.  Nothing
+ *		here touches the table.
  *
  *-------------------------------------------------------------------------
  */
@@ -97,20 +98,11 @@ pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
 		requests[i].track_stats = pklimit_track_stats;
 	}
 	pklimit_stats_claim();
-	/* the memory path: decided here if its keys are in memory */
+	/* the memory path: decided (and counted) here if its keys are in memory */
 	if ((requests[0].call.memory || requests[0].kind == PKLIMIT_OP_COUNT) &&
 		pklimit_memory_decide(requests, answers, n))
-	{
-		uint64		events = 0;
-
-		for (int i = 0; i < n; i++)
-			events += answers[i].result.recorded;
-		if (pklimit_track_stats && events > 0)
-			pklimit_stats_add(PKLIMIT_STAT_EVENTS, events);
-		if (requests[0].call.memory && pklimit_track_stats)
-			pklimit_stats_add(PKLIMIT_STAT_MEMORY_CALLS, 1);
 		return started;
-	}
+
 	pklimit_submit(requests, answers, n);
 	if (answers[0].status == PKLIMIT_OK && answers[0].unreplicated)
 		ereport(WARNING,

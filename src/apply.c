@@ -5,8 +5,8 @@
  *		gives each its answer, or sets it aside for a locked row: the batch
  *		algorithm.  The transactions themselves (begin, commit, abort, the
  *		lock wait, the owner) are xact.c's, the statements store.c's, the
- *		entries' state entry.c's, and which entries to try when is
- *		worker.c's.
+ *		entries' state entry.c's, which entries to try when worker.c's; the
+ *		memory path meets each list through one seam (memory/batch.c).
  *
  * Entries are applied in one transaction, unit by unit (unit.c):
  * consecutive hits on one key fold into one row update, the requests of one
@@ -239,13 +239,15 @@ count_recorded(PklimitEntry **entries, int n)
  * wait ends after PKLIMIT_NODE_WAIT_MS, as a lock wait does: the unit's
  * entries are set aside and the rest of the batch goes on.  *citus says
  * whether a table was Citus's, *running which request's statement runs
- * (unit.c).  Returns false if a unit's hits must be applied unfolded (the
- * rest is not applied).
+ * (unit.c).  Once all are applied, the memory calls' rows are read for the
+ * pass.  Returns false if a unit's hits must be applied unfolded (the rest
+ * is not applied).
  */
 static bool
 apply_units(PklimitEntry **entries, int n, const Unit *units,
 			const int *order, int nunits, PklimitSession *session,
-			volatile bool *citus, const PklimitRequest *volatile *running)
+			PklimitMemoryPass *pass, volatile bool *citus,
+			const PklimitRequest *volatile *running)
 {
 	PklimitTable table = {0};
 	PklimitUser worker;
@@ -275,7 +277,7 @@ apply_units(PklimitEntry **entries, int n, const Unit *units,
 			pklimit_timer_stop();
 	}
 	if (applied)
-		pklimit_read_rows(entries, n, &table);
+		pklimit_memory_pass_read_rows(pass, entries, n, &table);
 	pklimit_restore_user(&worker);
 	return applied;
 }
@@ -321,7 +323,8 @@ failed_outcome(PklimitEntry **entries, int n, const ErrorData *edata,
  */
 static Outcome
 apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
-					 PklimitSession *session, MemoryContext memory_context)
+					 PklimitSession *session, MemoryContext memory_context,
+					 PklimitMemoryPass *pass)
 {
 	volatile Outcome outcome = APPLY_COMMITTED;
 	volatile bool citus = false;
@@ -338,8 +341,8 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 		if (probe_table && !pklimit_table_free(entries[0]->request.nspid))
 			outcome = APPLY_TABLE_LOCKED;
 		if (outcome == APPLY_COMMITTED &&
-			!apply_units(entries, n, units, order, nunits, session, &citus,
-						 &running))
+			!apply_units(entries, n, units, order, nunits, session, pass,
+						 &citus, &running))
 			outcome = APPLY_UNFOLD;
 		if (outcome != APPLY_COMMITTED)
 			pklimit_rollback_transaction();
@@ -397,8 +400,26 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
 	return kept;
 }
 
-/* The group of entry j of pklimit_apply's entries (pklimit_foreach_in_group). */
-#define LIVE_GROUP(j) (entries[(j)]->request.group)
+/* The group of entry j of a list (pklimit_foreach_in_group). */
+#define LIST_GROUP(j) (entries[(j)]->request.group)
+
+/*
+ * After a failure: each entry (a group as one) in a transaction of its own,
+ * so one bad request spoils no other's answer.
+ */
+static void
+apply_one_by_one(PklimitEntry **entries, int n, PklimitSession *session,
+				 MemoryContext memory_context, PklimitMemoryPass *pass)
+{
+	for (int j = 0, k; j < n && n > 1; j += k)
+	{
+		k = 0;
+		pklimit_foreach_in_group(m, j, n, LIST_GROUP)
+			k++;
+		(void) apply_in_transaction(&entries[j], k, false, session,
+									memory_context, pass);
+	}
+}
 
 /*
  * Apply the n entries (all of them being tried now) and leave each answered
@@ -407,16 +428,17 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
  * decided there, or their keys taken out of memory first, so that no row
  * is written while its key is in memory.  The memory calls' keys are read
  * in after the one commit that applied them (not after the one-by-one
- * transactions of a failure, where a later one may change the row).  The first transaction waits for a lock
- * as long as lock_wait_ms, later ones PKLIMIT_RETRY_LOCK_MS, so several
- * locked rows cost one long wait.  memory_context is the batch's, where
- * errors are kept.
+ * transactions of a failure, where a later one may change the row).  The
+ * first transaction waits for a lock as long as lock_wait_ms, later ones
+ * PKLIMIT_RETRY_LOCK_MS, so several locked rows cost one long wait.
+ * memory_context is the batch's, where errors are kept.
  */
 void
 pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 			  PklimitSession *session, MemoryContext memory_context)
 {
 	TimestampTz now = GetCurrentTimestamp();
+	PklimitMemoryPass pass;
 	bool		probe_table = false;
 	int			nlive = 0;
 	int			conflicts = 0;
@@ -431,19 +453,21 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 			entries[nlive++] = entries[j];
 	}
 
-	/* keys in memory: decided there, or taken out first (flush.c) */
-	nlive = pklimit_take_from_memory(entries, nlive, session, memory_context);
+	/* keys in memory: decided there, or taken out first */
+	pklimit_memory_pass_begin(&pass, session, memory_context);
+	nlive = pklimit_memory_pass_take(&pass, entries, nlive);
 
 	pklimit_set_lock_wait(session, lock_wait_ms);
 	while (nlive > 0)
 	{
 		Outcome		outcome = apply_in_transaction(entries, nlive, probe_table,
-												   session, memory_context);
+												   session, memory_context,
+												   &pass);
 
 		if (outcome == APPLY_COMMITTED)
 		{
 			/* the memory calls' keys, as this one commit left them */
-			pklimit_read_in(entries, nlive);
+			pklimit_memory_pass_read_in(&pass, entries, nlive);
 			break;
 		}
 		if (outcome == APPLY_UNFOLD)
@@ -457,18 +481,7 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 		}
 		if (outcome == APPLY_FAILED)
 		{
-			/*
-			 * One by one (a group as one), so one bad request spoils no
-			 * other's answer.
-			 */
-			for (int j = 0, k; j < nlive && nlive > 1; j += k)
-			{
-				k = 0;
-				pklimit_foreach_in_group(m, j, nlive, LIVE_GROUP)
-					k++;
-				(void) apply_in_transaction(&entries[j], k, false, session,
-											memory_context);
-			}
+			apply_one_by_one(entries, nlive, session, memory_context, &pass);
 			break;
 		}
 		/* a table locked as a whole holds up its writes, not its reads */

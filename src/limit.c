@@ -869,7 +869,7 @@ pklimit_rows_differ(const PklimitRow *a, const PklimitRow *b)
 /*
  * One call on a key at now, decided on *row and recorded as its own decision
  * says; *row becomes the row after it.  The worker (unit.c) and the memory
- * path (memory.c) decide every call on one key so.
+ * path (memory/keys.c) decide every call on one key so.
  */
 void
 pklimit_decide_call(PklimitRow *row, const PklimitCall *call, TimestampTz now,

@@ -33,7 +33,7 @@ shmem_request(void)
 
 	/*
 	 * four allocations, each rounded up to a cache line; then the memory
-	 * path's, sized by memory.c
+	 * path's, sized by memory/keys.c
 	 */
 	RequestAddinShmemSpace(add_size(add_size(CACHELINEALIGN(pklimit_queue_shmem_size()),
 											 CACHELINEALIGN(pklimit_registry_shmem_size())),

@@ -18,14 +18,11 @@
  * release it.  Functions that expect it held say "Lock held"; each file says
  * which fields it owns.
  *
- * The memory path's table (memory.c, docs/memory.md) has locks of its own:
- * one per partition of its keys (tranche pklimit_memory), guarding the
- * partition's entries and the directory slots that point at them, and a
- * control lock (pklimit_memory_control) guarding the free slots and each
- * database's share.  A call on several keys takes their partitions' locks
- * in ascending order.  Order: pklimit_lock, then the control lock, then
- * partition locks in ascending order; none is held across I/O, a
- * transaction or a wait.
+ * The memory path's table (src/memory/, docs/memory.md) has locks of its
+ * own (memory/memory_private.h): one per partition of its keys (tranche
+ * pklimit_memory) and a control lock (pklimit_memory_control).  Order:
+ * pklimit_lock, then the control lock, then partition locks in ascending
+ * order; none is held across I/O, a transaction or a wait.
  *
  *-------------------------------------------------------------------------
  */
@@ -147,7 +144,7 @@ typedef struct PklimitCall
 	PklimitAlgorithm algorithm; /* of a state the call starts */
 	PklimitAnchor anchor;		/* of a fixed window the call starts */
 	bool		memory;			/* durable => false: the memory path
-								 * (memory.c, docs/memory.md) */
+								 * (src/memory/, docs/memory.md) */
 } PklimitCall;
 
 /* The decision of one call (limit.c). */
@@ -268,8 +265,10 @@ typedef struct PklimitEntry
 	int			unit;			/* the statement that applies it */
 	bool		unfold;			/* apply one statement per event */
 	bool		met_lock;		/* met a row locked by another transaction */
-	/* a memory call's key as its transaction left it, to read in */
-	bool		memory_read;
+	/* the memory path's (memory/batch.c) */
+	bool		memory_read;	/* memory_row holds its key's row as the
+								 * transaction that applied it left it, to
+								 * read in after the commit */
 	bool		memory_fell_back;	/* counted as a fallback already */
 	PklimitRow	memory_row;
 } PklimitEntry;
@@ -558,65 +557,58 @@ extern const char pklimit_hit_rules_sql[];
 extern const char pklimit_hit_rules_no_block_sql[];
 extern const char pklimit_hit_rules_fixed_sql[];
 
-/* memory.c: the memory path's table in shared memory */
-typedef enum PklimitMemoryOutcome
-{
-	PKLIMIT_MEMORY_ABSENT,		/* no key of the call is in memory */
-	PKLIMIT_MEMORY_PRESENT,		/* some are, but it was not decided there */
-	PKLIMIT_MEMORY_DECIDED		/* decided in memory, answered */
-} PklimitMemoryOutcome;
-
-/* One entry's state copied for a flush (flush.c). */
-typedef struct PklimitMemoryCopy
-{
-	int			slot;			/* its directory slot */
-	void	   *entry;			/* the entry, to find it unchanged */
-	uint64		changes;		/* its changes when copied */
-	bool		write;			/* to be written (current, changed) */
-	char		key[PKLIMIT_MAX_READABLE_KEY + 1];
-	PklimitRow	row;
-} PklimitMemoryCopy;
-
+/* memory/keys.c: the table in shared memory, and a caller's decision */
 extern Size pklimit_memory_shmem_size(void);
 extern void pklimit_memory_shmem_request(void);
 extern void pklimit_memory_shmem_init(void);
-extern PklimitMemoryOutcome pklimit_memory_find(const PklimitRequest *requests,
-												PklimitAnswer *answers, int n,
-												bool decide);
 extern bool pklimit_memory_decide(const PklimitRequest *requests,
 								  PklimitAnswer *answers, int n);
+
+/* memory/databases.c: a database's keys, from its worker's start to a drop */
 extern void pklimit_memory_attach(void);
 extern void pklimit_memory_close(void);
 extern void pklimit_memory_detach(void);
-extern void pklimit_memory_flushed_through(TimestampTz through);
-extern uint32 pklimit_memory_generation(void);
 extern void pklimit_memory_drop_extension(void);
-extern int	pklimit_memory_read_in(const char *stored_key, Oid nspid,
-								   Oid relid, uint32 generation,
-								   const PklimitRow *row);
-extern int	pklimit_memory_collect(PklimitMemoryCopy **copies, Oid relid,
-								   const PklimitRequest *requests, int n);
-extern void pklimit_memory_written(const PklimitMemoryCopy *copies, int n);
-extern void pklimit_memory_leave(const PklimitMemoryCopy *copies, int n,
-								 bool stay);
-extern bool pklimit_memory_held(void);
-extern void pklimit_memory_stay_all(void);
-extern bool pklimit_memory_lagging(void);
-extern int	pklimit_memory_shed(void);
 extern void pklimit_memory_forget_database(Oid dboid);
 extern void pklimit_memory_database_stats(Oid dboid, int64 *held,
 										  double *lag_ms);
 
-/* flush.c: the worker's transactions that write memory to the table */
+/* memory/inout.c: the keys a take-out left on their way out, at exit */
+extern void pklimit_memory_stay_all(void);
+
+/* memory/flush.c: the flush, every pklimit.flush_interval and at exit */
 extern int	pklimit_flush(PklimitSession *session, MemoryContext memory_context);
 extern bool pklimit_flush_due(void);
 extern long pklimit_flush_wait_ms(void);
-extern int	pklimit_take_from_memory(PklimitEntry **entries, int n,
-									 PklimitSession *session,
-									 MemoryContext memory_context);
-extern void pklimit_read_rows(PklimitEntry **entries, int n,
-							  const PklimitTable *table);
-extern void pklimit_read_in(PklimitEntry **entries, int n);
+
+/*
+ * memory/batch.c: the one seam between a worker's batch and the memory path.
+ * apply.c passes each list of entries it applies through the memory path at
+ * three points: before the list is applied (keys in memory: calls decided
+ * there, or their keys taken out first), inside the one transaction that
+ * applied it (the memory calls' rows as it leaves them) and after its
+ * commit (those rows read into memory).  What the steps hand each other is
+ * in the pass, not in statics.
+ */
+typedef struct PklimitMemoryPass
+{
+	PklimitSession *session;	/* the worker's, for the take-out's
+								 * transactions */
+	MemoryContext context;		/* the batch's, where errors are kept */
+	Oid			relid;			/* the table the rows were read from */
+	uint32		generation;		/* of this database's keys when read */
+} PklimitMemoryPass;
+
+extern void pklimit_memory_pass_begin(PklimitMemoryPass *pass,
+									  PklimitSession *session,
+									  MemoryContext memory_context);
+extern int	pklimit_memory_pass_take(PklimitMemoryPass *pass,
+									 PklimitEntry **entries, int n);
+extern void pklimit_memory_pass_read_rows(PklimitMemoryPass *pass,
+										  PklimitEntry **entries, int n,
+										  const PklimitTable *table);
+extern void pklimit_memory_pass_read_in(PklimitMemoryPass *pass,
+										PklimitEntry **entries, int n);
 
 /* purge.c: the worker's side of the purge */
 extern Size pklimit_purge_shmem_size(void);

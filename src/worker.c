@@ -7,7 +7,8 @@
  *		in its own transactions, so an event is committed whatever becomes of
  *		the caller's transaction, and answers each caller after the commit.
  *		This file is the worker's loop over batches; applying one list of
- *		entries is apply.c's, the purge's steps are purge.c's.
+ *		entries is apply.c's, an entry's state entry.c's, the purge's steps
+ *		purge.c's, the memory path's flush memory/flush.c's.
  *
  * Each round gathers every request queued for the database into the batch,
  * behind the requests set aside in earlier rounds, and goes through these
@@ -18,7 +19,7 @@
  *				untried: they would only wait for the same locked row
  *	apply		apply the new requests in one transaction (those whose keys
  *				are in memory are decided there, or their keys written and
- *				taken out of memory first: flush.c); those on a row
+ *				taken out of memory first: memory/batch.c); those on a row
  *				locked by another transaction are set aside
  *	answer		send the new requests' answers at once
  *	retry		every PKLIMIT_RETRY_MS, try the set-aside requests again,
@@ -28,9 +29,9 @@
  *	wait		for new requests, a retry, a purge step or a flush
  *
  * Between rounds, every pklimit.flush_interval, the worker writes the keys
- * its database holds in memory to the table (flush.c), and before each
- * purge step too; and when it exits for any reason but a crash, it closes
- * its database's memory and writes them a last time (final_flush).
+ * its database holds in memory to the table (memory/flush.c), and before
+ * each purge step too; and when it exits for any reason but a crash, it
+ * closes its database's memory and writes them a last time (final_flush).
  *
  * The worker starts a batch at once, without waiting for more requests:
  * those arriving during its commit flush make up the next batch, which
