@@ -324,13 +324,21 @@ typedef enum PklimitWindowCheck
 	PKLIMIT_WINDOW_NOT_POSITIVE
 } PklimitWindowCheck;
 
+/* stats.c: the counters of pklimit_stats, per database */
 /*
- * The counters of pklimit_stats, per database (stats.c): each call adds to
- * exactly one of the first ten, whose sums are calls and unavailable.
+ * Databases with counters of their own; the databases beyond share one set
+ * more, shown with dbid 0.
+ */
+#define PKLIMIT_STATS_DATABASES 63
+
+/*
+ * The counters: each call adds to exactly one of the first ten, whose sums
+ * are calls and unavailable.  Who counts what is said at each counter; the
+ * memory path's counters are each added in one place.
  */
 typedef enum PklimitStat
 {
-	PKLIMIT_STAT_ALLOWED,		/* allowed by the store */
+	PKLIMIT_STAT_ALLOWED,		/* allowed by the store (check.c) */
 	PKLIMIT_STAT_SHADOW_REFUSED,	/* refused by it, allowed by shadow mode */
 	PKLIMIT_STAT_REFUSED,		/* refused by the store */
 	PKLIMIT_STAT_TIMEOUTS,		/* the store was not reached, because: */
@@ -341,16 +349,21 @@ typedef enum PklimitStat
 	PKLIMIT_STAT_NO_TABLE,
 	PKLIMIT_STAT_ERRORS,
 	PKLIMIT_STAT_FAILED_OPEN,	/* of the unavailable, those answered allowed */
-	PKLIMIT_STAT_EVENTS,		/* events recorded: the costs added */
-	PKLIMIT_STAT_BATCHES,		/* committed transactions that recorded */
-	PKLIMIT_STAT_WORKER_STARTS,
-	PKLIMIT_STAT_WAIT_USEC,		/* callers' waits, summed */
+	PKLIMIT_STAT_EVENTS,		/* events recorded: the costs added (apply.c;
+								 * in memory, memory/keys.c) */
+	PKLIMIT_STAT_BATCHES,		/* committed transactions that recorded
+								 * (apply.c) */
+	PKLIMIT_STAT_WORKER_STARTS, /* (worker.c) */
+	PKLIMIT_STAT_WAIT_USEC,		/* callers' waits, summed (check.c) */
 	PKLIMIT_STAT_MAX_WAIT_USEC, /* the longest wait */
-	PKLIMIT_STAT_MEMORY_CALLS,	/* memory calls decided in memory */
-	PKLIMIT_STAT_MEMORY_READS,	/* keys read into memory */
-	PKLIMIT_STAT_MEMORY_FALLBACKS,	/* memory calls applied durably */
-	PKLIMIT_STAT_MEMORY_EVICTIONS,	/* entries given back */
-	PKLIMIT_STAT_FLUSHES,		/* flushes committed that wrote rows */
+	PKLIMIT_STAT_MEMORY_CALLS,	/* memory calls decided in memory
+								 * (memory/keys.c) */
+	PKLIMIT_STAT_MEMORY_READS,	/* keys read into memory (memory/batch.c) */
+	PKLIMIT_STAT_MEMORY_FALLBACKS,	/* memory calls applied durably
+									 * (memory/batch.c) */
+	PKLIMIT_STAT_MEMORY_EVICTIONS,	/* keys given back (memory/databases.c) */
+	PKLIMIT_STAT_FLUSHES,		/* flushes committed that wrote rows
+								 * (memory/flush.c) */
 	PKLIMIT_STAT_ROWS_FLUSHED,	/* rows they wrote */
 	PKLIMIT_STAT_COUNT
 } PklimitStat;
@@ -620,7 +633,7 @@ extern bool pklimit_purge_step(PklimitSession *session,
 extern bool pklimit_purge_running(void);
 extern void pklimit_purge_fail_running(void);
 
-/* stats.c: the counters of pklimit_stats */
+/* stats.c: counting */
 extern Size pklimit_stats_shmem_size(void);
 extern void pklimit_stats_shmem_init(void);
 extern void pklimit_stats_claim(void);
@@ -628,6 +641,16 @@ extern void pklimit_stats_add(PklimitStat stat, uint64 n);
 extern void pklimit_stats_call(PklimitStatus status, bool allowed, bool shadow,
 							   TimestampTz started);
 extern void pklimit_stats_forget_database(Oid dboid);
+
+/* One database's counters as read at one moment (for statsfuncs.c). */
+typedef struct PklimitCounts
+{
+	Oid			dboid;			/* InvalidOid: the shared counters */
+	TimestampTz stats_reset;	/* when their counting started */
+	uint64		counters[PKLIMIT_STAT_COUNT];
+} PklimitCounts;
+
+extern int	pklimit_stats_read(PklimitCounts *counts);
 
 /* hooks.c */
 extern void pklimit_install_hooks(void);
