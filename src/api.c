@@ -7,8 +7,8 @@
  *		what to answer when the worker cannot be reached, as
  *		pklimit.on_unavailable says; and the functions that read, forget or
  *		take events back from a key.  A call whose keys the memory path holds
- *		is decided there first.  The recording calls are check.c's.  Nothing
- *		here touches the table.
+ *		is decided there first (memory.h).  The recording calls are
+ *		check.c's.  Nothing here touches the table.
  *
  *-------------------------------------------------------------------------
  */
@@ -23,7 +23,13 @@
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
-#include "pklimit.h"
+#include "api.h"
+#include "memory.h"
+#include "purge.h"
+#include "queue.h"
+#include "settings.h"
+#include "stats.h"
+#include "store.h"
 
 void
 pklimit_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *what)

@@ -11,7 +11,7 @@
  * Entries are applied in one transaction, unit by unit (unit.c):
  * consecutive hits on one key fold into one row update, the requests of one
  * call on several keys are applied together (the rules of each kind are in
- * pklimit.h), and each caller gets exactly the answer serial execution in
+ * request.h), and each caller gets exactly the answer serial execution in
  * arrival order would give.  Units go in the global order of their keys
  * (units on one key in arrival order).  Every statement touches one key, so
  * the table stays distributable by key; each transaction is a transaction
@@ -32,7 +32,21 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "pklimit.h"
+#include "memory.h"
+#include "stats.h"
+#include "worker.h"
+
+/*
+ * A transaction that another writer came between is tried again at once,
+ * this many times.
+ */
+#define CONFLICT_TRIES 3
+
+/*
+ * On Citus, how long a unit's statements wait for another node's answer
+ * before its entries are set aside as for a locked row.
+ */
+#define NODE_WAIT_MS 50
 
 /* The units of one transaction, each applied by unit.c. */
 typedef struct Unit
@@ -236,12 +250,11 @@ count_recorded(PklimitEntry **entries, int n)
  * transaction begun.  On Citus a unit's statements wait for another node's
  * answer; a node that does not answer (stopped, or cut off without its
  * connection being closed) would hold up every key of every batch, so the
- * wait ends after PKLIMIT_NODE_WAIT_MS, as a lock wait does: the unit's
- * entries are set aside and the rest of the batch goes on.  *citus says
- * whether a table was Citus's, *running which request's statement runs
- * (unit.c).  Once all are applied, the memory calls' rows are read for the
- * pass.  Returns false if a unit's hits must be applied unfolded (the rest
- * is not applied).
+ * wait ends after NODE_WAIT_MS, as a lock wait does: the unit's entries are
+ * set aside and the rest of the batch goes on.  *citus says whether a table
+ * was Citus's, *running which request's statement runs (unit.c).  Once all
+ * are applied, the memory calls' rows are read for the pass.  Returns false
+ * if a unit's hits must be applied unfolded (the rest is not applied).
  */
 static bool
 apply_units(PklimitEntry **entries, int n, const Unit *units,
@@ -271,7 +284,7 @@ apply_units(PklimitEntry **entries, int n, const Unit *units,
 			pklimit_become_owner(&worker, table.owner);
 		}
 		if (*citus)
-			pklimit_timer_start(PKLIMIT_NODE_WAIT_MS);
+			pklimit_timer_start(NODE_WAIT_MS);
 		applied = pklimit_apply_unit(entries, n, u, &table, running);
 		if (*citus)
 			pklimit_timer_stop();
@@ -472,7 +485,7 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 		}
 		if (outcome == APPLY_UNFOLD)
 			continue;			/* again, without folding what saturated */
-		if (outcome == APPLY_CONFLICT && ++conflicts > PKLIMIT_CONFLICT_TRIES)
+		if (outcome == APPLY_CONFLICT && ++conflicts > CONFLICT_TRIES)
 		{
 			ereport(LOG,
 					(errmsg("pklimit worker met another writer in %d tries of %d requests",

@@ -13,7 +13,8 @@
  */
 #include "postgres.h"
 
-#include "pklimit.h"
+#include "entry.h"
+#include "xact.h"
 
 /* Time kept in hand for an answer to reach a caller before its deadline. */
 #define ANSWER_MS 5

@@ -43,7 +43,8 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "limit.h"
+#include "request.h"
 
 /* The decisions' arithmetic is in 128 bits, which PostgreSQL's has too. */
 #ifndef HAVE_INT128

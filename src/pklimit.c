@@ -16,7 +16,13 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 
-#include "pklimit.h"
+#include "hooks.h"
+#include "memory.h"
+#include "purge.h"
+#include "queue.h"
+#include "registry.h"
+#include "settings.h"
+#include "stats.h"
 
 PG_MODULE_MAGIC;
 

@@ -21,7 +21,7 @@
  * EXECUTE on pklimit_purge is the privilege that decides who may purge.
  *
  * Locking: the status entries are protected by pklimit_lock (see
- * pklimit.h): exclusive to change one, shared to read one.  The running
+ * settings.h): exclusive to change one, shared to read one.  The running
  * purge itself is the worker's own state.
  *
  *-------------------------------------------------------------------------
@@ -39,7 +39,11 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "pklimit.h"
+#include "api.h"
+#include "purge.h"
+#include "queue.h"
+#include "settings.h"
+#include "store.h"
 
 /* Rows a purge batch deletes at first, at least, and its time slice. */
 #define PURGE_BATCH 1000

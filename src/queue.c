@@ -21,7 +21,7 @@
  * serves another database.
  *
  * Locking: the slots, nfree, next_seq and the holdings are protected by
- * pklimit_lock (see pklimit.h): exclusive to change a slot's state, shared to
+ * pklimit_lock (settings.h): exclusive to change a slot's state, shared to
  * look at one.  A caller that gives up (timeout, cancel, exit) frees a
  * queued slot itself; a slot a worker has already taken is marked
  * abandoned and freed by the worker, so no slot leaks either way.  Latches
@@ -42,7 +42,9 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "queue.h"
+#include "registry.h"
+#include "settings.h"
 #include "shares.h"
 
 /* How often a waiting caller looks again at the worker it relies on. */

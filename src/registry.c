@@ -17,7 +17,7 @@
  *		the worker does, under the same lock, when it retires or exits.
  *
  * Locking: the workers[] and backoffs[] arrays are protected by
- * pklimit_lock (see pklimit.h): exclusive to change an entry, shared to
+ * pklimit_lock (settings.h): exclusive to change an entry, shared to
  * read one.
  *
  *-------------------------------------------------------------------------
@@ -39,7 +39,8 @@
 #include "utils/varlena.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "registry.h"
+#include "settings.h"
 
 /* A static worker that exited is started again after this many seconds. */
 #define STATIC_RESTART_SECONDS 10

@@ -18,7 +18,8 @@
 #include "utils/wait_event.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "limit.h"
+#include "settings.h"
 
 static const struct config_enum_entry on_unavailable_options[] = {
 	{"allow", PKLIMIT_ON_UNAVAILABLE_ALLOW, false},

@@ -8,7 +8,7 @@
  *		shared memory from server start (a crash restart re-initialises
  *		them) until pklimit_stats_reset(), the SQL function that resets
  *		them here; and their reading, which statsfuncs.c shows.  What counts
- *		where is decided by the callers, one place a counter (pklimit.h says
+ *		where is decided by the callers, one place a counter (stats.h says
  *		which): check.c (calls, waits, shadow mode), apply.c (events,
  *		batches), worker.c (starts), and for the memory path memory/keys.c
  *		(calls decided in memory and their events), memory/batch.c (reads,
@@ -25,7 +25,7 @@
  * (but across a reset, as any other pair of counters).
  *
  * Locking: a set of counters' dboid, in_use and stats_reset are protected
- * by pklimit_lock (see pklimit.h).  A process claims its database's counters
+ * by pklimit_lock (settings.h).  A process claims its database's counters
  * before its first request or count, holding the lock exclusively, and
  * remembers them; they go back only when their database is dropped, when
  * no process of that database is left.  The counters are atomics, added to
@@ -44,7 +44,8 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "pklimit.h"
+#include "settings.h"
+#include "stats.h"
 
 /*
  * The counters of one database.  PKLIMIT_STATS_DATABASES databases have

@@ -5,7 +5,7 @@
  *		database's counters (stats.c) beside its queue depth (queue.c) and
  *		its worker (registry.c), and pklimit_memory_stats, the memory
  *		path's counters beside the keys its database holds in memory and
- *		its flush lag (src/memory/).  They only read; the counters are kept
+ *		its flush lag (memory.h).  They only read; the counters are kept
  *		and reset by stats.c.
  *
  *-------------------------------------------------------------------------
@@ -21,7 +21,11 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "pklimit.h"
+#include "memory.h"
+#include "queue.h"
+#include "registry.h"
+#include "settings.h"
+#include "stats.h"
 
 /* Rows pklimit_stats() can show: every database's counters and the shared. */
 #define STATS_ROWS (PKLIMIT_STATS_DATABASES + 1)

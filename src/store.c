@@ -33,7 +33,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "store.h"
 
 /* True only while this file's statements run: the RLS predicate. */
 bool		pklimit_in_system = false;

@@ -56,7 +56,13 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "memory.h"
+#include "purge.h"
+#include "queue.h"
+#include "registry.h"
+#include "settings.h"
+#include "stats.h"
+#include "worker.h"
 
 /*
  * The requests the worker works on: set-aside ones first, oldest first.  It

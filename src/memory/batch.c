@@ -20,6 +20,7 @@
 #include "utils/timestamp.h"
 
 #include "memory_private.h"
+#include "stats.h"
 
 /* The calls of a list whose keys are to be taken out of memory first. */
 typedef struct Leaving

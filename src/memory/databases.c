@@ -21,6 +21,7 @@
 
 #include "memory_private.h"
 #include "shares.h"
+#include "stats.h"
 
 /* Of the keys that may be given back, the part given back at once. */
 #define MEMORY_EVICT_PERCENT 5

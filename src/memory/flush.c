@@ -18,7 +18,9 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "guards.h"
 #include "memory_private.h"
+#include "stats.h"
 
 /* Rows one statement of a flush writes. */
 #define FLUSH_ROWS 1000

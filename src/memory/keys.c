@@ -20,6 +20,7 @@
 #include "utils/timestamp.h"
 
 #include "memory_private.h"
+#include "stats.h"
 
 MemoryShared *pklimit_memory_shared = NULL;
 HTAB	   *pklimit_memory_table = NULL;

@@ -30,7 +30,8 @@
 #include "storage/lwlock.h"
 #include "utils/hsearch.h"
 
-#include "pklimit.h"
+#include "memory.h"
+#include "settings.h"
 
 /* Partitions of the table, each with its lock (a power of 2). */
 #define MEMORY_PARTITIONS 128
