@@ -342,7 +342,7 @@ retire(void)
 /*
  * Worker exit: answer what it had taken (no_worker), fail its running
  * purge, and leave the registry; a worker that retired holds no slot, and
- * its entry may be reused.  arg is its registry index.
+ * its registration may be reused.  arg is its registry index.
  */
 static void
 detach(int code, Datum arg)
@@ -357,7 +357,7 @@ detach(int code, Datum arg)
 	LWLockRelease(pklimit_lock);
 }
 
-/* Claim the worker's registry entry (registry.c), and detach on exit. */
+/* Claim the worker's registration (registry.c), and detach on exit. */
 static Oid
 attach(int worker, Oid static_dboid)
 {
