@@ -470,6 +470,62 @@ set_up_session(void)
 	set_commit_mode();
 }
 
+/*
+ * Connect to the database that registry index worker serves: a static
+ * worker's, named in pklimit.databases, or the one a caller registered it
+ * for (the worker exits if that registration was given up meanwhile).
+ */
+static Oid
+connect_to_database(int worker)
+{
+	Oid			dboid;
+
+	if (pklimit_registry_static_database(worker) != NULL)
+	{
+		static_worker = true;
+		BackgroundWorkerInitializeConnection(MyBgworkerEntry->bgw_extra,
+											 NULL, 0);
+		return attach(worker, MyDatabaseId);
+	}
+	dboid = attach(worker, InvalidOid);
+	if (!OidIsValid(dboid))
+		proc_exit(0);
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	return dboid;
+}
+
+/*
+ * Between rounds: the flush, when due and before each purge step, so the
+ * purge judges keys in memory by their state there; after a failed one,
+ * the purge waits for the next that works, every flush interval.  Then a
+ * purge step, if due.  *last_work moves on with work done; returns true if
+ * the purge goes on at once.
+ */
+static bool
+flush_and_purge(Batch *b, TimestampTz *last_work, bool *flushed)
+{
+	if (pklimit_flush_due() || (pklimit_purge_due() && *flushed))
+	{
+		int			written;
+
+		MemoryContextSwitchTo(b->context);
+		written = pklimit_flush(&session, b->context);
+		*flushed = (written >= 0);
+		if (written > 0)
+			*last_work = GetCurrentTimestamp();
+		MemoryContextSwitchTo(TopMemoryContext);
+		MemoryContextReset(b->context);
+	}
+	if (pklimit_purge_due() && *flushed)
+	{
+		bool		goes_on = pklimit_purge_step(&session, b->context);
+
+		*last_work = GetCurrentTimestamp();
+		return goes_on;
+	}
+	return false;
+}
+
 void
 pklimit_worker_main(Datum main_arg)
 {
@@ -482,21 +538,7 @@ pklimit_worker_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-
-	if (pklimit_registry_static_database(worker) != NULL)
-	{
-		static_worker = true;
-		BackgroundWorkerInitializeConnection(MyBgworkerEntry->bgw_extra,
-											 NULL, 0);
-		dboid = attach(worker, MyDatabaseId);
-	}
-	else
-	{
-		dboid = attach(worker, InvalidOid);
-		if (!OidIsValid(dboid))
-			proc_exit(0);
-		BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	}
+	dboid = connect_to_database(worker);
 	pgstat_report_appname("pklimit worker");
 	set_up_session();
 	pklimit_stats_add(PKLIMIT_STAT_WORKER_STARTS, 1);
@@ -527,33 +569,8 @@ pklimit_worker_main(Datum main_arg)
 			MemoryContextReset(batch->context);
 			last_work = GetCurrentTimestamp();
 		}
-
-		/*
-		 * The flush, when due and before each purge step, so the purge judges
-		 * keys in memory by their state there; after a failed one, the purge
-		 * waits for the next that works, every flush interval.
-		 */
-		if (pklimit_flush_due() || (pklimit_purge_due() && flushed))
-		{
-			int			written;
-
-			MemoryContextSwitchTo(batch->context);
-			written = pklimit_flush(&session, batch->context);
-			flushed = (written >= 0);
-			if (written > 0)
-				last_work = GetCurrentTimestamp();
-			MemoryContextSwitchTo(TopMemoryContext);
-			MemoryContextReset(batch->context);
-		}
-		if (pklimit_purge_due() && flushed)
-		{
-			bool		goes_on = pklimit_purge_step(&session,
-													 batch->context);
-
-			last_work = GetCurrentTimestamp();
-			if (goes_on)
-				continue;
-		}
+		if (flush_and_purge(batch, &last_work, &flushed))
+			continue;
 		if (nnew == 0)
 			wait_for_work(batch, last_work);
 	}
