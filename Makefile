@@ -1,9 +1,12 @@
 # pklimit: PGXS build, install and tests
 
 MODULE_big = pklimit
-OBJS = src/pklimit.o src/api.o src/key.o src/queue.o src/registry.o src/worker.o \
-	src/check.o src/apply.o src/xact.o src/unit.o src/limit.o src/table.o src/store.o src/purge.o src/stats.o src/hooks.o \
-	src/guards.o src/cron.o src/memory.o src/flush.o
+OBJS = src/pklimit.o src/settings.o src/api.o src/check.o src/key.o \
+	src/queue.o src/shares.o src/registry.o src/worker.o src/entry.o \
+	src/apply.o src/unit.o src/xact.o src/limit.o src/table.o src/store.o \
+	src/purge.o src/stats.o src/statsfuncs.o src/hooks.o src/guards.o \
+	src/cron.o src/memory/keys.o src/memory/databases.o src/memory/inout.o \
+	src/memory/flush.o src/memory/batch.o
 
 EXTENSION = pklimit
 # Released scripts are committed as released and frozen; the update being
@@ -25,8 +28,9 @@ ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation \
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
-# libpq: pklimit_purge_job_error() connects as pg_cron does (src/cron.c)
-PG_CPPFLAGS = -I$(libpq_srcdir)
+# src/'s headers for the memory path's files in src/memory/; libpq:
+# pklimit_purge_job_error() connects as pg_cron does (src/cron.c)
+PG_CPPFLAGS = -I$(srcdir)/src -I$(libpq_srcdir)
 SHLIB_LINK_INTERNAL = $(libpq)
 
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
@@ -36,9 +40,11 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# Every source file includes the shared headers (PGXS tracks no header
-# dependencies by itself).
-$(OBJS) $(OBJS:.o=.bc): src/pklimit.h src/compat.h
+# PGXS tracks no header dependencies by itself: every object depends on
+# src/'s headers, and the memory path's (src/memory/) on its private one too.
+MEMORY_OBJS = $(filter src/memory/%,$(OBJS))
+$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h)
+$(MEMORY_OBJS) $(MEMORY_OBJS:.o=.bc): src/memory/memory_private.h
 
 # An update is its source in src/sql/ with each line "--@include <file>"
 # replaced by that fragment of src/sql/ (src/sql/guard.sql and the like,

@@ -8,6 +8,7 @@
 #
 #   bash bench/citus.sh             (DURATION=10 ROUNDS=3 by default)
 source "$(dirname "$0")/../scripts/common.sh"
+source "$(dirname "$0")/lib.sh"
 
 DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-3}
@@ -61,12 +62,9 @@ chown -R $RUN_AS "$B"
 # tps SCRIPT CLIENTS DB [PORT]: calls/s of one pgbench run
 tps() {
 	local out
-	out=$(as_user pgbench -n -c "$2" -j 2 -T "$DURATION" -f "$B/$1.sql" -h "$WORKDIR" \
-		-p "${4:-${PORTS[0]}}" -U postgres "$3" 2>&1) || { echo "bench: pgbench failed: $out" >&2; exit 1; }
-	echo "$out" | awk '/^tps/ { printf "%.0f\n", $3 }'
+	out=$(pgbench_run "$3" -c "$2" -j 2 -T "$DURATION" -f "$B/$1.sql" -h "$WORKDIR" -p "${4:-${PORTS[0]}}")
+	printf "%.0f\n" "$(pgbench_tps "$out")"
 }
-# the median of space-separated values
-med() { echo "$1" | tr ' ' '\n' | grep . | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 # spread SCRIPT CLIENTS DB: calls/s from all three nodes at once (CLIENTS each)
 spread() {

@@ -11,9 +11,11 @@
 # both see the same machine; the medians of the rounds
 # are printed with AFTER / BEFORE. Measured with pklimit_allow's durable
 # defaults: one hot key at 8 clients and 100,000 keys at 64, with pgbench
-# -M simple and -M prepared, calls/s and the server's CPU per call. Reported,
-# not asserted: a change is one beyond the spread of the rounds.
+# -M simple and -M prepared, calls/s and the server's CPU per call, counted
+# as bench/run.sh counts it (bench/lib.sh). Reported, not asserted: a change
+# is one beyond the spread of the rounds.
 source "$(dirname "$0")/../scripts/common.sh"
+source "$(dirname "$0")/lib.sh"
 
 BEFORE=${1:?usage: bench/compare.sh BEFORE [AFTER]}
 AFTER=${2:-HEAD}
@@ -57,28 +59,16 @@ echo "SELECT pklimit_allow('k' || :k, 1000000000, '1 hour');" >>"$WORKDIR/keys.s
 echo "SELECT pklimit_allow('hot', 1000000000, '1 hour');" >"$WORKDIR/hot.sql"
 chown $RUN_AS "$WORKDIR"/*.sql
 
-# The server's CPU time so far, in clock ticks: the postmaster, its children
-# and the children it reaped.
-server_ticks() {
-	local pm f t=0
-	pm=$(head -n 1 "$WORKDIR/$1/data/postmaster.pid")
-	for p in $pm $(pgrep -P "$pm"); do
-		{ read -r -a f <"/proc/$p/stat"; } 2>/dev/null || continue	# gone meanwhile
-		t=$((t + f[13] + f[14] + (p == pm ? f[15] + f[16] : 0)))
-	done
-	echo $t
-}
-TICK_US=$((1000000 / $(getconf CLK_TCK)))
-
-# run C SCRIPT CLIENTS MODE: "calls/s us_per_call"
+# run C SCRIPT CLIENTS MODE: "calls/s us_per_call"; the server's CPU time
+# with the sessions' backends, once they have exited (bench/lib.sh)
 run() {
-	local t0 out calls
-	t0=$(server_ticks "$1")
-	out=$(cd "$WORKDIR" && as_user pgbench -n -M "$4" -c "$3" -j 2 -T "$DURATION" -f "$WORKDIR/$2.sql" \
-		-h "$PGHOST" -p "$PGPORT" -U postgres "$PKLIMIT_DB" 2>&1) || { echo "$out" >&2; exit 1; }
-	calls=$(echo "$out" | awk '/number of transactions actually processed/ { split($NF, a, "/"); print a[1] }')
-	echo "$out" | awk -v ticks=$(($(server_ticks "$1") - t0)) -v tick_us="$TICK_US" -v calls="$calls" \
-		'/^tps/ { t = $3 } END { printf "%.1f %.0f\n", t, ticks * tick_us / calls }'
+	local data=$WORKDIR/$1/data before t0 out
+	before=$(server_children "$data")
+	t0=$(server_ticks "$data")
+	out=$(cd "$WORKDIR" && pgbench_run "$PKLIMIT_DB" -M "$4" -c "$3" -j 2 -T "$DURATION" -f "$WORKDIR/$2.sql")
+	sessions_gone "$data" "$before"
+	printf "%.1f %s\n" "$(pgbench_tps "$out")" \
+		"$(cpu_per_call $(($(server_ticks "$data") - t0)) "$(pgbench_calls "$out")")"
 }
 
 SCENARIOS=("hot 8 simple" "hot 8 prepared" "keys 64 simple" "keys 64 prepared")
@@ -98,14 +88,12 @@ for r in $(seq 1 "$ROUNDS"); do
 	done
 done
 
-med() { echo "$1" | tr ' ' '\n' | grep . | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-spread() { echo "$1" | tr ' ' '\n' | grep . | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s-%s", lo, hi }'; }
 echo "durable path, $BEFORE against $AFTER: $(nproc) cores, PostgreSQL $($PG_BIN/postgres -V | awk '{ print $3 }'), $DURATION s x $ROUNDS rounds, medians (range)"
 printf '  %-38s %24s %24s %6s %9s\n' scenario "$BEFORE calls/s" "$AFTER calls/s" ratio "CPU ratio"
 for s in "${SCENARIOS[@]}"; do
 	read -r script clients mode <<<"$s"
 	name="$([ "$script" = hot ] && echo "one hot key" || echo "100,000 keys"), $clients clients, -M $mode"
 	a=$(med "${TPS[a $s]}") b=$(med "${TPS[b $s]}")
-	printf '  %-38s %24s %24s %6s %9s\n' "$name" "$a ($(spread "${TPS[a $s]}"))" "$b ($(spread "${TPS[b $s]}"))" \
+	printf '  %-38s %24s %24s %6s %9s\n' "$name" "$a ($(range "${TPS[a $s]}"))" "$b ($(range "${TPS[b $s]}"))" \
 		"$(echo "scale=2; $b / $a" | bc -l)" "$(echo "scale=2; $(med "${CPU[b $s]}") / $(med "${CPU[a $s]}")" | bc -l)"
 done

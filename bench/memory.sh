@@ -11,6 +11,7 @@
 # growth per call.  Reported, not asserted.  At about 0.6 ms a call, a million calls
 # take about ten minutes on a 2-core machine.
 source "$(dirname "$0")/../scripts/common.sh"
+source "$(dirname "$0")/lib.sh"
 
 CALLS=${CALLS:-1000000}
 SAMPLE=${SAMPLE:-60}
@@ -33,8 +34,7 @@ private_kb() {
 		mine && /^Private_(Clean|Dirty):/ { s += $2 } END { print s }' "/proc/$1/smaps"
 }
 
-as_user pgbench -n -c 1 -t "$CALLS" -f "$B/allow.sql" \
-	-h "$PGHOST" -p "$PGPORT" -U postgres "$PKLIMIT_DB" >"$B/pgbench.out" 2>&1 &
+pgbench_run "$PKLIMIT_DB" -c 1 -t "$CALLS" -f "$B/allow.sql" >"$B/pgbench.out" &
 bench=$!
 sleep 2
 bpid=$(q -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' LIMIT 1")

@@ -19,6 +19,7 @@
 # Lists the worker's and the backends' top functions.  Reported, not
 # asserted.
 source "$(dirname "$0")/../scripts/common.sh"
+source "$(dirname "$0")/lib.sh"
 
 CLIENTS=${CLIENTS:-64}
 KEYS=${KEYS:-100000}
@@ -64,17 +65,16 @@ echo "SELECT count(*) FROM generate_series(:client_id * $(((KEYS + 15) / 16)) + 
  WHERE i <= $KEYS AND pklimit_allow('k' || i, 1000000000, '1 hour', durable => false);" >"$B/read_in.sql"
 chown -R $RUN_AS "$B"
 
-[ "$SCRIPT" != memory ] || as_user pgbench -n -c 16 -j 2 -t 1 -f "$B/read_in.sql" -h "$PGHOST" -p "$PGPORT" \
-	-U postgres "$PKLIMIT_DB" >/dev/null
+[ "$SCRIPT" != memory ] || pgbench_run "$PKLIMIT_DB" -c 16 -j 2 -t 1 -f "$B/read_in.sql" >/dev/null
 # a short warm-up starts the worker and fills the caches
-as_user pgbench -n -M "$MODE" -c "$CLIENTS" -j 2 -T 2 -f "$B/script.sql" -h "$PGHOST" -p "$PGPORT" \
-	-U postgres "$PKLIMIT_DB" >/dev/null 2>&1
+pgbench_run "$PKLIMIT_DB" -M "$MODE" -c "$CLIENTS" -j 2 -T 2 -f "$B/script.sql" >/dev/null
 wpid=$(q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pklimit worker'")
 
+# pgbench runs under perf record itself: not through bench/lib.sh's pgbench_run
 perf record -q -a -g -F 999 -e cpu-clock -o "$B/perf.data" -- \
 	runuser -u $RUN_AS -- env PATH="$PG_BIN:$PATH" pgbench -n -M "$MODE" -c "$CLIENTS" -j 2 -T "$DURATION" \
 	-f "$B/script.sql" -h "$PGHOST" -p "$PGPORT" -U postgres "$PKLIMIT_DB" >"$B/pgbench.out" 2>&1
-calls=$(awk '/number of transactions actually processed/ { split($NF, a, "/"); print a[1] }' "$B/pgbench.out")
+calls=$(pgbench_calls "$(cat "$B/pgbench.out")")
 
 # samples by process name, pid and mode: comm pid (user|kernel)
 perf script -i "$B/perf.data" -F comm,pid,ip,dso 2>/dev/null |

@@ -10,6 +10,7 @@
 # (returning users whose old window expired), which is where a long purge
 # transaction would make them wait.
 source "$(dirname "$0")/../scripts/common.sh"
+source "$(dirname "$0")/lib.sh"
 
 ROWS=${ROWS:-1000000}
 CLIENTS=${CLIENTS:-4}
@@ -52,8 +53,8 @@ run() {
 	fill
 	warn0=$(grep -c 'pklimit store unavailable' "$WORKDIR/server.log" || true)
 	t0=$(now_us)
-	as_user pgbench -n -c "$CLIENTS" -j 2 -T $((BEFORE + 600)) -l --log-prefix="$logdir/pgbench_log" \
-		-f "$B/allow.sql" -h "$PGHOST" -p "$PGPORT" -U postgres "$PKLIMIT_DB" >/dev/null 2>&1 &
+	pgbench_run "$PKLIMIT_DB" -c "$CLIENTS" -j 2 -T $((BEFORE + 600)) -l \
+		--log-prefix="$logdir/pgbench_log" -f "$B/allow.sql" >/dev/null 2>&1 &
 	pid=$!
 	sleep "$BEFORE"
 	t1=$(now_us)

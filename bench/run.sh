@@ -48,6 +48,7 @@
 # user and system time from /proc) and the 99th percentile latency (from
 # pgbench's per-transaction log).
 source "$(dirname "$0")/../scripts/common.sh"
+source "$(dirname "$0")/lib.sh"
 shopt -s inherit_errexit
 
 DURATION=${DURATION:-8}
@@ -135,22 +136,6 @@ script memory_warm hot "SELECT count(*) FROM generate_series(:client_id * 6250 +
  WHERE pklimit_allow('mem-' || i, 1000000000, '1 hour', durable => false);"
 chown -R $RUN_AS "$B"
 
-# The server's CPU time so far, in clock ticks: the postmaster, the children
-# it has reaped (a pgbench session's backend, once it has exited) and its
-# live children (the workers, the background processes).
-PM_PID=$(head -n 1 "$WORKDIR/data/postmaster.pid")
-server_ticks() {
-	local t c f
-	read -r -a f <"/proc/$PM_PID/stat"
-	t=$((f[13] + f[14] + f[15] + f[16]))
-	for c in $(pgrep -P "$PM_PID"); do
-		read -r -a f <"/proc/$c/stat" 2>/dev/null || continue
-		t=$((t + f[13] + f[14]))
-	done
-	echo "$t"
-}
-children() { pgrep -P "$PM_PID" | wc -l; }
-TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
 # p99 of pgbench per-transaction logs (latency in microseconds, field 3), ms
 p99() { cat "$@" | awk '{ print $3 }' | sort -n |
@@ -193,30 +178,27 @@ async() {
 # simple protocol).  A memory_ script (the memory path) also prints, from
 # pklimit_stats, "largest_lag_ms fallbacks rows_flushed_per_s in_memory"
 # (memory_delta).  A pgbench that fails, or makes no call, ends the
-# benchmark.
+# benchmark.  The server's CPU time is bench/lib.sh's server_ticks, the
+# sessions' backends counted once they have exited.
 pgb() {
 	local opts= db=${3:-$PKLIMIT_DB} script=${1%_nostats} before ticks0 out calls logs mode=simple
-	local watch= stats0 stats1 mem=
+	local watch= stats0 stats1 mem= data=$WORKDIR/data
 	[[ $1 == *_nostats ]] && opts="-c pklimit.track_stats=off"
 	[[ $1 == *_prepared ]] && mode=prepared
 	script=${script%_prepared}
 	script=${script%_async}
 	if [[ $1 == *_async ]]; then async on; else async off; fi
 	logs=$(mktemp -d -p "$B") && chown $RUN_AS "$logs"
-	before=$(children)
+	before=$(server_children "$data")
 	if [[ $script == memory_* ]]; then
 		stats0=$(memory_stats)
 		lag_watch >"$logs/lag" &
 		watch=$!
 	fi
-	ticks0=$(server_ticks)
-	out=$(cd "$logs" && as_user env PGOPTIONS="$opts" \
-		pgbench -n -M "$mode" -c "$2" -j "${PGB_JOBS:-$(($2 < 2 ? 1 : 2))}" -T "$DURATION" -f "$B/$script.sql" \
-		-l --log-prefix="$logs/log" -h "$PGHOST" -p "$PGPORT" -U postgres "$db" 2>&1) || {
-		echo "bench: pgbench failed on $1 with $2 clients in $db:" >&2
-		echo "$out" | tail -n 5 >&2
-		exit 1
-	}
+	ticks0=$(server_ticks "$data")
+	out=$(cd "$logs" && PGOPTIONS="$opts" pgbench_run "$db" -M "$mode" -c "$2" \
+		-j "${PGB_JOBS:-$(($2 < 2 ? 1 : 2))}" -T "$DURATION" -f "$B/$script.sql" \
+		-l --log-prefix="$logs/log")
 	# rows flushed over pgbench's run only (the lag's samples may run on a
 	# little after it)
 	if [ -n "$watch" ]; then
@@ -224,22 +206,15 @@ pgb() {
 		wait "$watch"
 	fi
 	# the sessions' backends exit after pgbench: their CPU time counts once reaped
-	for _ in $(seq 1 50); do [ "$(children)" -le "$before" ] && break; sleep 0.1; done
-	calls=$(echo "$out" | awk '/number of transactions actually processed/ { split($NF, a, "/"); print a[1] }')
+	sessions_gone "$data" "$before"
+	calls=$(pgbench_calls "$out")
 	[ "${calls:-0}" -gt 0 ] || { echo "bench: no call made on $1 with $2 clients in $db" >&2; exit 1; }
 	[ -z "$watch" ] || mem=" $(memory_delta "$stats0" "$stats1" "$calls" "$logs/lag")"
-	echo "$out" | awk -v ticks=$(($(server_ticks) - ticks0)) -v tick_us="$TICK_US" -v calls="${calls:-0}" \
-		-v p99="$(p99 "$logs"/log.*)" -v mem="$mem" \
-		'/^latency average/ { l = $4 } /^tps/ { t = $3 }
-		END { printf "%.1f %.3f %.0f %s%s\n", t, l, (calls > 0 ? ticks * tick_us / calls : 0), p99, mem }'
+	printf "%.1f %.3f %s %s%s\n" "$(pgbench_tps "$out")" "$(pgbench_latency "$out")" \
+		"$(cpu_per_call $(($(server_ticks "$data") - ticks0)) "$calls")" "$(p99 "$logs"/log.*)" "$mem"
 	rm -rf "$logs"
 }
-median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-med() { echo "$1" | tr ' ' '\n' | grep . | median; }	# of space-separated values
 
-most() { echo "$1" | tr ' ' '\n' | grep . | sort -n | tail -n 1; }	# of space-separated values
-least() { echo "$1" | tr ' ' '\n' | grep . | sort -n | head -n 1; }
-total() { echo "$1" | tr ' ' '\n' | grep . | awk '{ s += $1 } END { print s }'; }
 
 # measure LABEL CLIENTS FIELD SCRIPT...: alternate the scripts ROUNDS times;
 # FIELD 1 is tps, 2 latency.  Sets M[script] to the median of that field,
@@ -467,13 +442,11 @@ fi
 # printed as pgb prints: "calls/s latency_ms cpu_us_per_call p99_ms", the
 # CPU being redis-server's own
 redis_run() {
-	local f ticks0 n=$((DURATION * 100000))
-	read -r -a f <"/proc/$REDIS_PID/stat"
-	ticks0=$((f[13] + f[14]))
+	local ticks0 n=$((DURATION * 100000))
+	ticks0=$(process_ticks "$REDIS_PID")
 	redis-benchmark -s "$B/redis.sock" -c "$1" -n "$n" --csv EVAL "$LUA" 1 hot 2>/dev/null >"$B/redis.csv"
-	read -r -a f <"/proc/$REDIS_PID/stat"
-	tail -n 1 "$B/redis.csv" | awk -F '","' -v ticks=$((f[13] + f[14] - ticks0)) -v tick_us="$TICK_US" -v n="$n" \
-		'{ printf "%.1f %.3f %.0f %.2f\n", $2, $3, ticks * tick_us / n, $7 }'
+	tail -n 1 "$B/redis.csv" | awk -F '","' -v cpu="$(cpu_per_call $(($(process_ticks "$REDIS_PID") - ticks0)) "$n")" \
+		'{ printf "%.1f %.3f %s %.2f\n", $2, $3, cpu, $7 }'
 }
 
 if [ "$REDIS" != 0 ] && command -v redis-server >/dev/null; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# scripts/indent.sh: lay out src/*.c and src/*.h as PostgreSQL's pgindent
-# does (make indent).
+# scripts/indent.sh: lay out the C sources of src/ and src/memory/ as
+# PostgreSQL's pgindent does (make indent).
 #
 #   bash scripts/indent.sh           rewrite the files in place
 #   bash scripts/indent.sh --check   list the files that would change; exit 1
@@ -32,7 +32,7 @@ trap 'rm -rf "$work"' EXIT
 # and "} name;" closing a typedef'd struct, union or enum.
 {
 	find "$includes" src -name '*.h' -print0 | xargs -0 cat
-	cat src/*.c
+	cat src/*.c src/memory/*.c
 } | perl -ne '
 	print "$1\n" if /^\s*typedef\b.*?\b(\w+)\s*(\[[^\]]*\])?\s*;/;
 	print "$1\n" if /^\s*typedef\b.*\(\s*\*\s*(\w+)\s*\)\s*\(/;
@@ -44,7 +44,7 @@ opts=(-bad -bap -bbb -bc -bl -cli1 -cp33 -cdb -nce -d0 -di12 -nfc1 -i4 -l79
 	-lp -lpl -nip -npro -sac -tpg -ts4 "-U$work/typedefs")
 
 changed=0
-for f in src/*.c src/*.h; do
+for f in src/*.c src/*.h src/memory/*.c src/memory/*.h; do
 	pg_bsd_indent "${opts[@]}" "$f" "$work/out" 2>"$work/err" ||
 		{ cat "$work/err" >&2; exit 1; }
 	perl -0pi -e 's!^([A-Za-z_]\S*)[ \t]+\*$!$1 *!gm; s!\*/(/\*.*\*/)$!*/\t$1!gm' "$work/out"

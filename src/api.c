@@ -6,8 +6,9 @@
  *		requests to the database's worker through the queue (queue.c), and
  *		what to answer when the worker cannot be reached, as
  *		pklimit.on_unavailable says; and the functions that read, forget or
- *		take events back from a key.  The recording calls are check.c's.  Nothing here
- *		touches the table.
+ *		take events back from a key.  A call whose keys the memory path holds
+ *		is decided there first (memory.h).  The recording calls are
+ *		check.c's.  Nothing here touches the table.
  *
  *-------------------------------------------------------------------------
  */
@@ -22,7 +23,13 @@
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
-#include "pklimit.h"
+#include "api.h"
+#include "memory.h"
+#include "purge.h"
+#include "queue.h"
+#include "settings.h"
+#include "stats.h"
+#include "store.h"
 
 void
 pklimit_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *what)
@@ -65,17 +72,6 @@ stored_key_arg(FunctionCallInfo fcinfo)
 	return pklimit_key_value(PG_GETARG_TEXT_PP(0), "key");
 }
 
-void
-pklimit_check_preloaded(void)
-{
-	if (!pklimit_preloaded())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pklimit is not loaded"),
-				 errdetail("pklimit records events through background workers, which need shared memory set up at server start."),
-				 errhint("Add pklimit to shared_preload_libraries in postgresql.conf and restart the server.")));
-}
-
 /*
  * Hand n requests (one, or the requests of one group) to this database's
  * worker and wait for their answers, within pklimit.timeout.  The requests'
@@ -108,20 +104,11 @@ pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
 		requests[i].track_stats = pklimit_track_stats;
 	}
 	pklimit_stats_claim();
-	/* the memory path: decided here if its keys are in memory */
+	/* the memory path: decided (and counted) here if its keys are in memory */
 	if ((requests[0].call.memory || requests[0].kind == PKLIMIT_OP_COUNT) &&
 		pklimit_memory_decide(requests, answers, n))
-	{
-		uint64		events = 0;
-
-		for (int i = 0; i < n; i++)
-			events += answers[i].result.recorded;
-		if (pklimit_track_stats && events > 0)
-			pklimit_stats_add(PKLIMIT_STAT_EVENTS, events);
-		if (requests[0].call.memory && pklimit_track_stats)
-			pklimit_stats_add(PKLIMIT_STAT_MEMORY_CALLS, 1);
 		return started;
-	}
+
 	pklimit_submit(requests, answers, n);
 	if (answers[0].status == PKLIMIT_OK && answers[0].unreplicated)
 		ereport(WARNING,

@@ -4,13 +4,14 @@
  *		Applies a list of batch entries in the worker's own transactions and
  *		gives each its answer, or sets it aside for a locked row: the batch
  *		algorithm.  The transactions themselves (begin, commit, abort, the
- *		lock wait, the owner) are xact.c's, the statements store.c's, and
- *		which entries to try when is worker.c's.
+ *		lock wait, the owner) are xact.c's, the statements store.c's, the
+ *		entries' state entry.c's, which entries to try when worker.c's; the
+ *		memory path meets each list through one seam (memory/batch.c).
  *
  * Entries are applied in one transaction, unit by unit (unit.c):
  * consecutive hits on one key fold into one row update, the requests of one
  * call on several keys are applied together (the rules of each kind are in
- * pklimit.h), and each caller gets exactly the answer serial execution in
+ * request.h), and each caller gets exactly the answer serial execution in
  * arrival order would give.  Units go in the global order of their keys
  * (units on one key in arrival order).  Every statement touches one key, so
  * the table stays distributable by key; each transaction is a transaction
@@ -31,10 +32,21 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "pklimit.h"
+#include "memory.h"
+#include "stats.h"
+#include "worker.h"
 
-/* Time kept in hand for an answer to reach a caller before its deadline. */
-#define ANSWER_MS 5
+/*
+ * A transaction that another writer came between is tried again at once,
+ * this many times.
+ */
+#define CONFLICT_TRIES 3
+
+/*
+ * On Citus, how long a unit's statements wait for another node's answer
+ * before its entries are set aside as for a locked row.
+ */
+#define NODE_WAIT_MS 50
 
 /* The units of one transaction, each applied by unit.c. */
 typedef struct Unit
@@ -59,56 +71,6 @@ typedef enum Outcome
 	APPLY_UNFOLD				/* rolled back: folded hits reached the
 								 * maximum */
 } Outcome;
-
-/* Answer an entry without applying it. */
-void
-pklimit_answer_unapplied(PklimitEntry *entry, PklimitStatus status)
-{
-	memset(&entry->answer, 0, sizeof(entry->answer));
-	entry->answer.status = status;
-	entry->state = ENTRY_ANSWERED;
-}
-
-/*
- * Is there budget left before deadline for another try at a locked row, with
- * time to spare for the answer to reach the caller?  The next try comes
- * within PKLIMIT_RETRY_MS, give or take a round of the worker (a new batch
- * may wait PKLIMIT_BATCH_LOCK_MS for a lock first), and the answer after it.
- */
-bool
-pklimit_worth_retrying(TimestampTz deadline, TimestampTz now)
-{
-	return (deadline - now) / 1000 >
-		2 * PKLIMIT_RETRY_MS + PKLIMIT_BATCH_LOCK_MS + ANSWER_MS;
-}
-
-/*
- * Set an entry aside while its caller's budget allows a try later; answered
- * lock_timeout otherwise.  The requests of a group share their deadline,
- * and now is one reading of the clock for all of them, so a group is never
- * split.
- */
-void
-pklimit_set_aside(PklimitEntry *entry, TimestampTz now)
-{
-	pklimit_answer_unapplied(entry, PKLIMIT_LOCK_TIMEOUT);
-	if (pklimit_worth_retrying(entry->request.deadline, now))
-		entry->state = ENTRY_SET_ASIDE;
-}
-
-/*
- * Must request r wait with a request set aside (or about to be): is it of
- * the same group, or a write on its key where that one writes too?  So no
- * write jumps over one set aside, and a group is set aside whole.
- */
-bool
-pklimit_waits_with(const PklimitRequest *r, const PklimitRequest *set_aside)
-{
-	return (r->group != 0 && r->group == set_aside->group) ||
-		(pklimit_op_rules(r->kind).writes &&
-		 pklimit_op_rules(set_aside->kind).writes &&
-		 pklimit_same_key(r, set_aside));
-}
 
 /*
  * Group the n entries into units applied together (unit.c): consecutive
@@ -288,16 +250,17 @@ count_recorded(PklimitEntry **entries, int n)
  * transaction begun.  On Citus a unit's statements wait for another node's
  * answer; a node that does not answer (stopped, or cut off without its
  * connection being closed) would hold up every key of every batch, so the
- * wait ends after PKLIMIT_NODE_WAIT_MS, as a lock wait does: the unit's
- * entries are set aside and the rest of the batch goes on.  *citus says
- * whether a table was Citus's, *running which request's statement runs
- * (unit.c).  Returns false if a unit's hits must be applied unfolded (the
- * rest is not applied).
+ * wait ends after NODE_WAIT_MS, as a lock wait does: the unit's entries are
+ * set aside and the rest of the batch goes on.  *citus says whether a table
+ * was Citus's, *running which request's statement runs (unit.c).  Once all
+ * are applied, the memory calls' rows are read for the pass.  Returns false
+ * if a unit's hits must be applied unfolded (the rest is not applied).
  */
 static bool
 apply_units(PklimitEntry **entries, int n, const Unit *units,
 			const int *order, int nunits, PklimitSession *session,
-			volatile bool *citus, const PklimitRequest *volatile *running)
+			PklimitMemoryPass *pass, volatile bool *citus,
+			const PklimitRequest *volatile *running)
 {
 	PklimitTable table = {0};
 	PklimitUser worker;
@@ -321,13 +284,13 @@ apply_units(PklimitEntry **entries, int n, const Unit *units,
 			pklimit_become_owner(&worker, table.owner);
 		}
 		if (*citus)
-			pklimit_timer_start(PKLIMIT_NODE_WAIT_MS);
+			pklimit_timer_start(NODE_WAIT_MS);
 		applied = pklimit_apply_unit(entries, n, u, &table, running);
 		if (*citus)
 			pklimit_timer_stop();
 	}
 	if (applied)
-		pklimit_read_rows(entries, n, &table);
+		pklimit_memory_pass_read_rows(pass, entries, n, &table);
 	pklimit_restore_user(&worker);
 	return applied;
 }
@@ -373,7 +336,8 @@ failed_outcome(PklimitEntry **entries, int n, const ErrorData *edata,
  */
 static Outcome
 apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
-					 PklimitSession *session, MemoryContext memory_context)
+					 PklimitSession *session, MemoryContext memory_context,
+					 PklimitMemoryPass *pass)
 {
 	volatile Outcome outcome = APPLY_COMMITTED;
 	volatile bool citus = false;
@@ -390,8 +354,8 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 		if (probe_table && !pklimit_table_free(entries[0]->request.nspid))
 			outcome = APPLY_TABLE_LOCKED;
 		if (outcome == APPLY_COMMITTED &&
-			!apply_units(entries, n, units, order, nunits, session, &citus,
-						 &running))
+			!apply_units(entries, n, units, order, nunits, session, pass,
+						 &citus, &running))
 			outcome = APPLY_UNFOLD;
 		if (outcome != APPLY_COMMITTED)
 			pklimit_rollback_transaction();
@@ -449,8 +413,26 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
 	return kept;
 }
 
-/* The group of entry j of pklimit_apply's entries (pklimit_foreach_in_group). */
-#define LIVE_GROUP(j) (entries[(j)]->request.group)
+/* The group of entry j of a list (pklimit_foreach_in_group). */
+#define LIST_GROUP(j) (entries[(j)]->request.group)
+
+/*
+ * After a failure: each entry (a group as one) in a transaction of its own,
+ * so one bad request spoils no other's answer.
+ */
+static void
+apply_one_by_one(PklimitEntry **entries, int n, PklimitSession *session,
+				 MemoryContext memory_context, PklimitMemoryPass *pass)
+{
+	for (int j = 0, k; j < n && n > 1; j += k)
+	{
+		k = 0;
+		pklimit_foreach_in_group(m, j, n, LIST_GROUP)
+			k++;
+		(void) apply_in_transaction(&entries[j], k, false, session,
+									memory_context, pass);
+	}
+}
 
 /*
  * Apply the n entries (all of them being tried now) and leave each answered
@@ -459,16 +441,17 @@ sort_out(PklimitEntry **entries, int n, Outcome outcome, bool *probe_table)
  * decided there, or their keys taken out of memory first, so that no row
  * is written while its key is in memory.  The memory calls' keys are read
  * in after the one commit that applied them (not after the one-by-one
- * transactions of a failure, where a later one may change the row).  The first transaction waits for a lock
- * as long as lock_wait_ms, later ones PKLIMIT_RETRY_LOCK_MS, so several
- * locked rows cost one long wait.  memory_context is the batch's, where
- * errors are kept.
+ * transactions of a failure, where a later one may change the row).  The
+ * first transaction waits for a lock as long as lock_wait_ms, later ones
+ * PKLIMIT_RETRY_LOCK_MS, so several locked rows cost one long wait.
+ * memory_context is the batch's, where errors are kept.
  */
 void
 pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 			  PklimitSession *session, MemoryContext memory_context)
 {
 	TimestampTz now = GetCurrentTimestamp();
+	PklimitMemoryPass pass;
 	bool		probe_table = false;
 	int			nlive = 0;
 	int			conflicts = 0;
@@ -483,24 +466,26 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 			entries[nlive++] = entries[j];
 	}
 
-	/* keys in memory: decided there, or taken out first (flush.c) */
-	nlive = pklimit_take_from_memory(entries, nlive, session, memory_context);
+	/* keys in memory: decided there, or taken out first */
+	pklimit_memory_pass_begin(&pass, session, memory_context);
+	nlive = pklimit_memory_pass_take(&pass, entries, nlive);
 
 	pklimit_set_lock_wait(session, lock_wait_ms);
 	while (nlive > 0)
 	{
 		Outcome		outcome = apply_in_transaction(entries, nlive, probe_table,
-												   session, memory_context);
+												   session, memory_context,
+												   &pass);
 
 		if (outcome == APPLY_COMMITTED)
 		{
 			/* the memory calls' keys, as this one commit left them */
-			pklimit_read_in(entries, nlive);
+			pklimit_memory_pass_read_in(&pass, entries, nlive);
 			break;
 		}
 		if (outcome == APPLY_UNFOLD)
 			continue;			/* again, without folding what saturated */
-		if (outcome == APPLY_CONFLICT && ++conflicts > PKLIMIT_CONFLICT_TRIES)
+		if (outcome == APPLY_CONFLICT && ++conflicts > CONFLICT_TRIES)
 		{
 			ereport(LOG,
 					(errmsg("pklimit worker met another writer in %d tries of %d requests",
@@ -509,18 +494,7 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 		}
 		if (outcome == APPLY_FAILED)
 		{
-			/*
-			 * One by one (a group as one), so one bad request spoils no
-			 * other's answer.
-			 */
-			for (int j = 0, k; j < nlive && nlive > 1; j += k)
-			{
-				k = 0;
-				pklimit_foreach_in_group(m, j, nlive, LIVE_GROUP)
-					k++;
-				(void) apply_in_transaction(&entries[j], k, false, session,
-											memory_context);
-			}
+			apply_one_by_one(entries, nlive, session, memory_context, &pass);
 			break;
 		}
 		/* a table locked as a whole holds up its writes, not its reads */

@@ -24,7 +24,9 @@
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
-#include "pklimit.h"
+#include "api.h"
+#include "settings.h"
+#include "stats.h"
 
 /* The columns of pklimit_check, after the key of pklimit_check_all. */
 #define CHECK_COLUMNS 6

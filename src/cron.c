@@ -35,7 +35,9 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "pklimit.h"
+#include "api.h"
+#include "hooks.h"
+#include "settings.h"
 
 /* How long the test connection may take, as pg_cron's own start of a job. */
 #define CONNECT_TIMEOUT_MS (10 * 1000)

@@ -46,7 +46,7 @@
 #include "utils/syscache.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "guards.h"
 
 /*
  * The privileges nobody but the owner may hold on pklimit's table: they let

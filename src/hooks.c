@@ -26,7 +26,11 @@
 #include "utils/acl.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "guards.h"
+#include "hooks.h"
+#include "memory.h"
+#include "registry.h"
+#include "stats.h"
 
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 static object_access_hook_type prev_object_access = NULL;

@@ -26,7 +26,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
-#include "pklimit.h"
+#include "request.h"
 
 /* Replace a long readable key by "h:" and the hex digest of it. */
 static char *

@@ -43,7 +43,8 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "limit.h"
+#include "request.h"
 
 /* The decisions' arithmetic is in 128 bits, which PostgreSQL's has too. */
 #ifndef HAVE_INT128
@@ -869,7 +870,7 @@ pklimit_rows_differ(const PklimitRow *a, const PklimitRow *b)
 /*
  * One call on a key at now, decided on *row and recorded as its own decision
  * says; *row becomes the row after it.  The worker (unit.c) and the memory
- * path (memory.c) decide every call on one key so.
+ * path (memory/keys.c) decide every call on one key so.
  */
 void
 pklimit_decide_call(PklimitRow *row, const PklimitCall *call, TimestampTz now,

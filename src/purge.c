@@ -20,8 +20,8 @@
  * database runs returns at once.  The batches run as the table's owner:
  * EXECUTE on pklimit_purge is the privilege that decides who may purge.
  *
- * Locking: the status entries are protected by pklimit_lock (see
- * pklimit.h): exclusive to change one, shared to read one.  The running
+ * Locking: the statuses are protected by pklimit_lock (see
+ * settings.h): exclusive to change one, shared to read one.  The running
  * purge itself is the worker's own state.
  *
  *-------------------------------------------------------------------------
@@ -39,7 +39,11 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "pklimit.h"
+#include "api.h"
+#include "purge.h"
+#include "queue.h"
+#include "settings.h"
+#include "store.h"
 
 /* Rows a purge batch deletes at first, at least, and its time slice. */
 #define PURGE_BATCH 1000
@@ -58,7 +62,7 @@ typedef struct PurgeStatus
 	bool		failed;
 } PurgeStatus;
 
-static PurgeStatus *statuses;	/* pklimit_max_workers entries */
+static PurgeStatus *statuses;	/* pklimit_max_workers of them */
 
 /* The purge a worker runs. */
 typedef struct RunningPurge
@@ -93,11 +97,11 @@ pklimit_purge_shmem_init(void)
 }
 
 /*
- * This database's status entry.  Each database keeps one; when all are
+ * This database's status.  Each database keeps one; when all are
  * taken, the one whose purge finished longest ago is reused.  Lock held.
  */
 static PurgeStatus *
-status_entry(void)
+my_status(void)
 {
 	PurgeStatus *oldest = NULL;
 
@@ -114,7 +118,7 @@ status_entry(void)
 			(oldest == NULL || s->finished_at < oldest->finished_at))
 			oldest = s;
 	}
-	/* running purges hold at most max_workers - 1 entries besides ours */
+	/* running purges hold at most max_workers - 1 statuses besides ours */
 	return oldest ? oldest : &statuses[0];
 }
 
@@ -125,7 +129,7 @@ report(bool failed)
 	PurgeStatus *s;
 
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	s = status_entry();
+	s = my_status();
 	s->deleted = purge.deleted;
 	s->running = purge.running;
 	s->failed = failed;
@@ -163,7 +167,7 @@ pklimit_purge_take(const PklimitEntry *entry)
 	purge.batch = PURGE_BATCH;
 
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	s = status_entry();
+	s = my_status();
 	memset(s, 0, sizeof(*s));
 	s->dboid = MyDatabaseId;
 	s->running = true;
@@ -198,7 +202,7 @@ pklimit_purge_fail_running(void)
 
 	if (!purge.running)
 		return;
-	s = status_entry();
+	s = my_status();
 	s->running = false;
 	s->failed = true;
 	s->finished_at = GetCurrentTimestamp();

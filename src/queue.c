@@ -2,32 +2,31 @@
  *
  * queue.c
  *		The fixed-size queue of requests in shared memory, shared by every
- *		database: a calling backend queues its request and sleeps on its
- *		latch until the answer is there or pklimit.timeout is spent; the
- *		worker of its database takes the requests and answers them.  Which
- *		worker serves which database is registry.c's business.
+ *		database: a calling backend queues its request in a slot and sleeps
+ *		on its latch until the answer is there or pklimit.timeout is spent;
+ *		the worker of its database takes the requests and answers them.
+ *		Which worker serves which database is registry.c's business.
  *
- * Shares: no database can take another's place in the queue.  Every
- * database with a worker entry, or listed in pklimit.databases (a sharer,
- * registry.c), keeps a share of queue_share() slots.  A database alone may
- * fill the whole queue; one past its share takes only the slots the other
- * sharers' unused shares leave free, and one within its share that finds
- * the queue full takes the places of the youngest queued requests of
- * databases past theirs, which are answered queue_full.  A database that
- * has no worker and can get none now (back-off, no slot) is answered
+ * Shares: no database takes another's share of the queue (the rule is
+ * shares.c's).  Every database with a worker registration, or listed in
+ * pklimit.databases (a sharer, registry.c), keeps a share of
+ * pklimit_queue_share() slots.  A database within its share that finds the
+ * queue full takes the slots of the youngest queued requests of databases
+ * past theirs, which are answered queue_full.  A database that has no
+ * worker and can get none now (back-off, no background worker) is answered
  * no_worker at once instead of holding slots for the whole budget.  The
- * slots each sharer holds are counted as they are taken and freed, by the
- * registry entry of their database (a slot's share), so no decision scans
- * the slots but a push-out, and the recount when an entry changes hands.
+ * slots each sharer holds are counted as they are taken and freed, in the
+ * holding of its worker's registry index (a slot's holder), so no decision
+ * scans the slots but a push-out, and the recount when a registry index
+ * serves another database.
  *
- * Locking: the slots, nfree, next_seq and the shares' counts are protected
- * by pklimit_lock (see pklimit.h): exclusive to change a slot's state, shared
- * to look at one.
- * A caller that gives up (timeout, cancel, exit) frees a queued slot itself;
- * a slot a worker has already taken is marked abandoned and freed by the
- * worker, so no slot leaks either way.  Latches are set after the lock is
- * released: the woken process takes the lock first thing, and would only
- * sleep again on it.
+ * Locking: the slots, nfree, next_seq and the holdings are protected by
+ * pklimit_lock (settings.h): exclusive to change a slot's state, shared to
+ * look at one.  A caller that gives up (timeout, cancel, exit) frees a
+ * queued slot itself; a slot a worker has already taken is marked
+ * abandoned and freed by the worker, so no slot leaks either way.  Latches
+ * are set after the lock is released: the woken process takes the lock
+ * first thing, and would only sleep again on it.
  *
  *-------------------------------------------------------------------------
  */
@@ -43,7 +42,10 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "queue.h"
+#include "registry.h"
+#include "settings.h"
+#include "shares.h"
 
 /* How often a waiting caller looks again at the worker it relies on. */
 #define POLL_MS 100
@@ -60,7 +62,8 @@ typedef enum SlotState
 typedef struct Slot
 {
 	SlotState	state;
-	int			share;			/* registry entry whose share holds it, or -1 */
+	int			holder;			/* registry index whose holding counts it, or
+								 * -1 */
 	int			caller_procno;	/* whose latch to set when answered */
 	int			worker;			/* registry index of the worker that took it */
 	bool		set_aside;		/* set aside by the worker: its row is locked */
@@ -69,12 +72,12 @@ typedef struct Slot
 	PklimitAnswer answer;
 } Slot;
 
-/* What the slots of one registry entry's database hold. */
-typedef struct Share
+/* What the slots of one registry index's database hold. */
+typedef struct Holding
 {
 	Oid			dboid;			/* the database counted */
 	int			held;			/* its slots not free */
-} Share;
+} Holding;
 
 typedef struct Queue
 {
@@ -84,11 +87,11 @@ typedef struct Queue
 } Queue;
 
 static Queue *queue = NULL;
-static Share *shares = NULL;	/* pklimit_max_workers, after the slots */
+static Holding *holdings = NULL;	/* pklimit_max_workers, after the slots */
 
 /*
- * A caller's scratch space for the sharers' entries, allocated before the
- * lock is first taken (nothing may raise an error under it).
+ * A caller's scratch space for the sharers' registry indexes, allocated
+ * before the lock is first taken (nothing may raise an error under it).
  */
 static int *sharers = NULL;		/* pklimit_max_workers */
 
@@ -97,7 +100,7 @@ pklimit_queue_shmem_size(void)
 {
 	return add_size(add_size(offsetof(Queue, slots),
 							 mul_size(pklimit_queue_size, sizeof(Slot))),
-					mul_size(pklimit_max_workers, sizeof(Share)));
+					mul_size(pklimit_max_workers, sizeof(Holding)));
 }
 
 /* In shmem_startup, with AddinShmemInitLock held. */
@@ -113,7 +116,7 @@ pklimit_queue_shmem_init(void)
 		memset(queue, 0, pklimit_queue_shmem_size());
 		queue->nfree = pklimit_queue_size;
 	}
-	shares = (Share *) &queue->slots[pklimit_queue_size];
+	holdings = (Holding *) &queue->slots[pklimit_queue_size];
 }
 
 /*
@@ -131,25 +134,25 @@ pklimit_queue_share(void)
 static void
 free_slot(Slot *slot)
 {
-	if (slot->share >= 0)
-		shares[slot->share].held--;
+	if (slot->holder >= 0)
+		holdings[slot->holder].held--;
 	slot->state = SLOT_FREE;
 	queue->nfree++;
 }
 
 /*
- * Count the slots of database dboid in registry entry r's share, from now
- * on: an entry that served another database gets its count again from the
- * slots (those of the other database leave the share; those dboid holds
- * in another entry's share come over).  Only when an entry changes hands,
- * so the scan is rare.  Lock held exclusively.
+ * Count the slots of database dboid in registry index r's holding, from
+ * now on: an index that served another database gets its count again from
+ * the slots (those of the other database leave the holding; those dboid
+ * holds in another index's holding come over).  Only when an index serves
+ * another database, so the scan is rare.  Lock held exclusively.
  */
 static void
-count_share(int r, Oid dboid)
+count_holding(int r, Oid dboid)
 {
-	Share	   *share = &shares[r];
+	Holding    *holding = &holdings[r];
 
-	if (share->dboid == dboid)
+	if (holding->dboid == dboid)
 		return;
 	for (int i = 0; i < pklimit_queue_size; i++)
 	{
@@ -157,20 +160,20 @@ count_share(int r, Oid dboid)
 
 		if (slot->state == SLOT_FREE)
 			continue;
-		if (slot->request.dboid == dboid && slot->share != r)
+		if (slot->request.dboid == dboid && slot->holder != r)
 		{
-			if (slot->share >= 0)
-				shares[slot->share].held--;
-			slot->share = r;
-			share->held++;
+			if (slot->holder >= 0)
+				holdings[slot->holder].held--;
+			slot->holder = r;
+			holding->held++;
 		}
-		else if (slot->request.dboid != dboid && slot->share == r)
+		else if (slot->request.dboid != dboid && slot->holder == r)
 		{
-			slot->share = -1;
-			share->held--;
+			slot->holder = -1;
+			holding->held--;
 		}
 	}
-	share->dboid = dboid;
+	holding->dboid = dboid;
 }
 
 static void
@@ -263,14 +266,14 @@ release_slots_on_error(int code, Datum arg)
 }
 
 /*
- * The youngest queued request of a database other than that of share
- * mine whose share holds more than quota slots (or that has no share),
- * pushed out of the queue with the rest of its group to make room: its
- * slots are free again, and its caller, to be woken in *caller, finds it
- * answered queue_full.  False if there is none.  Lock held exclusively.
+ * The youngest queued request of a database other than that of registry
+ * index mine, of a database past its share (or with no holding), pushed
+ * out of the queue with the rest of its group to make room: its slots are
+ * free again, and its caller, to be woken in *caller, finds it answered
+ * queue_full.  False if there is none.  Lock held exclusively.
  */
 static bool
-push_out_youngest(int mine, int quota, int *caller)
+push_out_youngest(int mine, int share, int *caller)
 {
 	Slot	   *youngest = NULL;
 	uint64		group;
@@ -279,9 +282,10 @@ push_out_youngest(int mine, int quota, int *caller)
 	{
 		Slot	   *slot = &queue->slots[i];
 
-		if (slot->state != SLOT_QUEUED || slot->share == mine ||
+		if (slot->state != SLOT_QUEUED || slot->holder == mine ||
 			(youngest != NULL && slot->seq < youngest->seq) ||
-			(slot->share >= 0 && shares[slot->share].held <= quota))
+			(slot->holder >= 0 &&
+			 !pklimit_share_past(share, holdings[slot->holder].held)))
 			continue;
 		youngest = slot;
 	}
@@ -302,45 +306,48 @@ push_out_youngest(int mine, int quota, int *caller)
 }
 
 /*
- * Make room for n more requests in registry entry mine's share, as the
- * shares allow (see the file's header).  The callers of the requests
- * pushed out to make it go to pushed[] (*npushed of them), to be woken once
- * the lock is released.  Lock held exclusively.
+ * Room for n more requests in registry index mine's holding, as the rule
+ * of shares allows (shares.c).  The callers of the requests pushed out to
+ * make it go to pushed[] (*npushed of them), to be woken once the lock is
+ * released.  Lock held exclusively.
  */
 static bool
-make_room(int mine, int n, int *pushed, int *npushed)
+room_for_requests(int mine, int n, int *pushed, int *npushed)
 {
-	int			quota = pklimit_queue_share();
+	int			share = pklimit_queue_share();
 	int			nsharers = pklimit_registry_sharers(sharers);
-	int			reserved = 0;
+	int			others_unused = 0;
 
 	*npushed = 0;
-	/* the others' whole shares still fit in what is left */
-	if (queue->nfree - n >= (nsharers - 1) * quota)
-		return true;
-	/* past its share: only what the other shares leave */
-	if (shares[mine].held + n > quota)
+	for (int s = 0; s < nsharers; s++)
+		if (sharers[s] != mine)
+			others_unused += pklimit_share_unused(share,
+												  holdings[sharers[s]].held);
+	switch (pklimit_share_verdict(share, holdings[mine].held, n,
+								  queue->nfree, others_unused))
 	{
-		for (int s = 0; s < nsharers; s++)
-			if (sharers[s] != mine)
-				reserved += Max(0, quota - shares[sharers[s]].held);
-		return queue->nfree - n >= reserved;
+		case PKLIMIT_SHARE_TAKE:
+			return true;
+		case PKLIMIT_SHARE_REFUSE:
+			return false;
+		case PKLIMIT_SHARE_MAKE_ROOM:
+			break;
 	}
-	/* within it: the places of requests of databases past theirs */
+	/* the slots of requests of databases past their share */
 	while (queue->nfree < n && *npushed < PKLIMIT_GROUP_MAX &&
-		   push_out_youngest(mine, quota, &pushed[*npushed]))
+		   push_out_youngest(mine, share, &pushed[*npushed]))
 		(*npushed)++;
 	return queue->nfree >= n;
 }
 
 /*
- * Queue the n requests of one caller in free slots of registry entry
- * share's share (make_room found them), in arrival order; the requests of
+ * Queue the n requests of one caller in free slots held by registry index
+ * holder (room_for_requests found them), in arrival order; the requests of
  * a group carry its number.  False if there are not n free slots after
  * all.  Lock held exclusively.
  */
 static bool
-queue_requests(const PklimitRequest *requests, int n, int share, Waiter *w)
+queue_requests(const PklimitRequest *requests, int n, int holder, Waiter *w)
 {
 	uint64		group = (n > 1) ? queue->next_seq + 1 : 0;
 
@@ -355,7 +362,7 @@ queue_requests(const PklimitRequest *requests, int n, int share, Waiter *w)
 		Slot	   *slot = &queue->slots[w->slots[i]];
 
 		slot->state = SLOT_QUEUED;
-		slot->share = share;
+		slot->holder = holder;
 		slot->caller_procno = PKLIMIT_MY_PROCNO;
 		slot->worker = -1;
 		slot->set_aside = false;
@@ -366,16 +373,17 @@ queue_requests(const PklimitRequest *requests, int n, int share, Waiter *w)
 		w->done[i] = false;
 	}
 	queue->nfree -= n;
-	shares[share].held += n;
+	holdings[holder].held += n;
 	return true;
 }
 
 /*
  * Make sure a worker serves the database of the caller's requests, and
- * return the registry entry whose share its requests take: -1 if none can
- * now (none runs or starts, and a database not in pklimit.databases is in
- * its back-off, or has no free slot), so its requests are answered
- * no_worker at once rather than holding slots for their whole budget.  The
+ * return the registry index whose holding its requests count in: -1 if
+ * none can now (none runs or starts, and a database not in
+ * pklimit.databases is in its back-off, or gets no background worker), so
+ * its requests are answered no_worker at once rather than holding slots
+ * for their whole budget.  The
  * worker to wake goes to *procno, whether it existed to *had_worker.  Lock
  * held exclusively.
  */
@@ -386,13 +394,13 @@ serve(Oid dboid, int static_index, bool *had_worker, int *procno,
 	int			worker = pklimit_registry_ensure(dboid, static_index,
 												 GetCurrentTimestamp(),
 												 start_failed);
-	int			share = (static_index >= 0) ? static_index : worker;
+	int			holder = (static_index >= 0) ? static_index : worker;
 
 	*had_worker |= (worker >= 0);
 	*procno = pklimit_registry_procno(worker);
-	if (share >= 0)
-		count_share(share, dboid);
-	return share;
+	if (holder >= 0)
+		count_holding(holder, dboid);
+	return holder;
 }
 
 /*
@@ -472,7 +480,7 @@ pklimit_submit(const PklimitRequest *requests, PklimitAnswer *answers, int n)
 {
 	Waiter		w;
 	int			procno;
-	int			share;
+	int			holder;
 	int			pushed[PKLIMIT_GROUP_MAX];
 	int			npushed = 0;
 	bool		had_worker = false;
@@ -488,12 +496,12 @@ pklimit_submit(const PklimitRequest *requests, PklimitAnswer *answers, int n)
 									 sizeof(int) * pklimit_max_workers);
 
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	share = serve(requests[0].dboid, static_index, &had_worker, &procno,
-				  &start_failed);
-	if (share < 0)
+	holder = serve(requests[0].dboid, static_index, &had_worker, &procno,
+				   &start_failed);
+	if (holder < 0)
 		refused = PKLIMIT_NO_WORKER;
-	else if (!make_room(share, n, pushed, &npushed) ||
-			 !queue_requests(requests, n, share, &w))
+	else if (!room_for_requests(holder, n, pushed, &npushed) ||
+			 !queue_requests(requests, n, holder, &w))
 		refused = PKLIMIT_QUEUE_FULL;
 	LWLockRelease(pklimit_lock);
 	for (int i = 0; i < npushed; i++)

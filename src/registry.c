@@ -4,9 +4,10 @@
  *		Which pklimit worker serves which database.  A database named in
  *		pklimit.databases has a static background worker, started with the
  *		server and restarted by the postmaster, so no other use of
- *		max_worker_processes can take its slot; its registry entry is
- *		reserved.  Any other database gets a dynamic worker from the first
- *		call that needs one.  A worker attaches to its entry, leaves it when
+ *		max_worker_processes can take its background worker; its
+ *		registration is reserved.  Any other database gets a dynamic worker
+ *		from the first call that needs one.  A worker attaches to its
+ *		registration (its registry index names it), leaves it when
  *		idle (retire; dynamic workers only, and only with
  *		pklimit.worker_idle_timeout) or on exit (detach), and a database whose
  *		dynamic worker failed to start or died waits before the next start
@@ -17,8 +18,8 @@
  *		the worker does, under the same lock, when it retires or exits.
  *
  * Locking: the workers[] and backoffs[] arrays are protected by
- * pklimit_lock (see pklimit.h): exclusive to change an entry, shared to
- * read one.
+ * pklimit_lock (settings.h): exclusive to change a registration or a
+ * back-off, shared to read one.
  *
  *-------------------------------------------------------------------------
  */
@@ -39,7 +40,8 @@
 #include "utils/varlena.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "registry.h"
+#include "settings.h"
 
 /* A static worker that exited is started again after this many seconds. */
 #define STATIC_RESTART_SECONDS 10
@@ -57,14 +59,15 @@
 #define MIN_BACKOFF_USEC (1 * USECS_PER_SEC)
 #define MAX_BACKOFF_USEC (30 * USECS_PER_SEC)
 
-typedef struct WorkerEntry
+/* A worker's registration: registry.workers[its registry index]. */
+typedef struct Registration
 {
 	bool		in_use;
 	Oid			dboid;
 	pid_t		pid;			/* 0 until the worker has attached */
 	int			procno;
 	TimestampTz registered_at;
-} WorkerEntry;
+} Registration;
 
 /* A database's wait before another worker start, after failures. */
 typedef struct Backoff
@@ -76,8 +79,8 @@ typedef struct Backoff
 
 typedef struct Registry
 {
-	WorkerEntry *workers;		/* pklimit_max_workers entries */
-	Backoff    *backoffs;		/* pklimit_max_workers entries */
+	Registration *workers;		/* pklimit_max_workers of them */
+	Backoff    *backoffs;		/* pklimit_max_workers of them */
 } Registry;
 
 static Registry registry;
@@ -85,14 +88,14 @@ static int	my_worker = -1;		/* registry index, in a worker */
 
 /*
  * The databases of pklimit.databases, read in the postmaster and inherited
- * by every process: database i has the static worker of registry entry i.
+ * by every process: database i has the static worker of registry index i.
  */
 static List *static_databases = NIL;
 
 Size
 pklimit_registry_shmem_size(void)
 {
-	return add_size(mul_size(pklimit_max_workers, sizeof(WorkerEntry)),
+	return add_size(mul_size(pklimit_max_workers, sizeof(Registration)),
 					mul_size(pklimit_max_workers, sizeof(Backoff)));
 }
 
@@ -106,12 +109,12 @@ pklimit_registry_shmem_init(void)
 
 	if (!found)
 		memset(base, 0, pklimit_registry_shmem_size());
-	registry.workers = (WorkerEntry *) base;
+	registry.workers = (Registration *) base;
 	registry.backoffs = (Backoff *) (registry.workers + pklimit_max_workers);
 }
 
 /*
- * The back-off entry of dboid; with create, a new one (replacing the one
+ * The back-off of dboid; with create, a new one (replacing the one
  * whose last failure is oldest) if it has none.  Lock held.
  */
 static Backoff *
@@ -143,7 +146,7 @@ note_start_failure(Oid dboid, TimestampTz now)
 	b->usec = Min(MAX_BACKOFF_USEC, Max(MIN_BACKOFF_USEC, b->usec * 2));
 }
 
-/* The background worker of registry entry index. */
+/* The background worker of registry index index. */
 static void
 worker_definition(BackgroundWorker *bgw, int index)
 {
@@ -197,7 +200,7 @@ pklimit_register_static_workers(const char *setting)
 	MemoryContextSwitchTo(old_context);
 }
 
-/* Is registry entry index a static worker's, and of which database? */
+/* Is registry index index a static worker's, and of which database? */
 const char *
 pklimit_registry_static_database(int index)
 {
@@ -207,7 +210,7 @@ pklimit_registry_static_database(int index)
 }
 
 /*
- * The registry entry of this backend's database if it has a static worker,
+ * The registry index of this backend's database if it has a static worker,
  * else -1.  Looked up once per backend, in a transaction.
  */
 int
@@ -233,7 +236,7 @@ pklimit_registry_static_index(void)
 	return index;
 }
 
-/* Register a dynamic background worker for entry index.  Lock held. */
+/* Register a dynamic background worker for registry index.  Lock held. */
 static bool
 start_worker(int index, Oid dboid)
 {
@@ -280,7 +283,7 @@ pklimit_registry_ensure(Oid dboid, int static_index, TimestampTz now,
 		return registry.workers[static_index].in_use ? static_index : -1;
 	for (int i = list_length(static_databases); i < pklimit_max_workers; i++)
 	{
-		WorkerEntry *w = &registry.workers[i];
+		Registration *w = &registry.workers[i];
 
 		if (w->in_use && w->pid == 0 &&
 			now - w->registered_at > START_GRACE_USEC)
@@ -326,12 +329,12 @@ pklimit_registry_procno(int worker)
 /*
  * Worker exit: leave the registry, after a failure (a dynamic worker's) with
  * a back-off for its database.  Returns false if the worker had retired:
- * its entry may be another's by now.  Lock held exclusively.
+ * its registration may be another's by now.  Lock held exclusively.
  */
 bool
 pklimit_registry_detach(bool failed)
 {
-	WorkerEntry *w = &registry.workers[my_worker];
+	Registration *w = &registry.workers[my_worker];
 
 	if (w->pid != MyProcPid)
 		return false;
@@ -343,15 +346,15 @@ pklimit_registry_detach(bool failed)
 }
 
 /*
- * Claim registry entry index for this process and return the database it
- * serves, or InvalidOid if the entry was given up meanwhile (the worker then
- * exits).  A static worker, already connected to dboid, claims its reserved
- * entry.  The worker detaches on exit.
+ * Claim the registration of registry index worker for this process and
+ * return the database it serves, or InvalidOid if it was given up meanwhile
+ * (the worker then exits).  A static worker, already connected to dboid,
+ * claims its reserved registration.  The worker detaches on exit.
  */
 Oid
 pklimit_registry_attach(int worker, Oid static_dboid)
 {
-	WorkerEntry *w;
+	Registration *w;
 	bool		ok;
 	Oid			dboid = InvalidOid;
 
@@ -396,19 +399,20 @@ pklimit_registry_retire(void)
 }
 
 /*
- * The entries whose databases keep a share of the queue (queue.c): every
- * entry in use, running or starting, and the entry of every database of
+ * The registry indexes whose databases keep a share of the queue
+ * (queue.c): every registration in use, running or starting, and the
+ * index of every database of
  * pklimit.databases, whose worker may be about to start again.  Their
- * indexes go to entries[] (pklimit_max_workers of them at most).  Lock held.
+ * indexes go to workers[] (pklimit_max_workers of them at most).  Lock held.
  */
 int
-pklimit_registry_sharers(int *entries)
+pklimit_registry_sharers(int *workers)
 {
 	int			n = 0;
 
 	for (int i = 0; i < pklimit_max_workers; i++)
 		if (registry.workers[i].in_use || i < list_length(static_databases))
-			entries[n++] = i;
+			workers[n++] = i;
 	return n;
 }
 
@@ -418,7 +422,7 @@ pklimit_registry_worker_pid(Oid dboid)
 {
 	for (int i = 0; i < pklimit_max_workers; i++)
 	{
-		WorkerEntry *w = &registry.workers[i];
+		Registration *w = &registry.workers[i];
 
 		if (w->in_use && w->dboid == dboid && w->pid != 0)
 			return w->pid;
@@ -435,7 +439,7 @@ pklimit_terminate_workers(Oid dboid)
 	LWLockAcquire(pklimit_lock, LW_SHARED);
 	for (int i = 0; i < pklimit_max_workers; i++)
 	{
-		WorkerEntry *w = &registry.workers[i];
+		Registration *w = &registry.workers[i];
 
 		if (w->in_use && w->dboid == dboid && w->pid != 0)
 			kill(w->pid, SIGTERM);

@@ -33,7 +33,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "store.h"
 
 /* True only while this file's statements run: the RLS predicate. */
 bool		pklimit_in_system = false;
@@ -189,10 +189,10 @@ typedef enum StatementId
 	" RETURNING " end_l " AS ends)" \
 	" SELECT pg_catalog.count(*), pg_catalog.max(d.ends) FROM d"
 /*
- * The memory path's flush (flush.c): the states of many keys written whole,
- * as one statement over arrays, on the table of 0.3.0 only.  The memory
- * path never runs on a Citus table, so this is the one statement that
- * touches many keys but the purge.
+ * The memory path's flush (memory/flush.c): the states of many keys
+ * written whole, as one statement over arrays, on the table of 0.3.0 only.
+ * The memory path never runs on a Citus table, so this is the one
+ * statement that touches many keys but the purge.
  */
 #define FLUSH_SQL \
 	"INSERT INTO %s.platformkit_limits AS l" \

@@ -34,7 +34,7 @@
 #include "utils/syscache.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "store.h"
 
 /*
  * Is relid a table of Citus's (distributed, reference or local in its

@@ -15,7 +15,7 @@
 #include "common/int.h"
 #include "utils/timestamp.h"
 
-#include "pklimit.h"
+#include "worker.h"
 
 /* The entries of unit u, in the order they arrived. */
 static int

@@ -7,7 +7,8 @@
  *		in its own transactions, so an event is committed whatever becomes of
  *		the caller's transaction, and answers each caller after the commit.
  *		This file is the worker's loop over batches; applying one list of
- *		entries is apply.c's, the purge's steps are purge.c's.
+ *		entries is apply.c's, an entry's state entry.c's, the purge's steps
+ *		purge.c's, the memory path's flush memory/flush.c's.
  *
  * Each round gathers every request queued for the database into the batch,
  * behind the requests set aside in earlier rounds, and goes through these
@@ -18,7 +19,7 @@
  *				untried: they would only wait for the same locked row
  *	apply		apply the new requests in one transaction (those whose keys
  *				are in memory are decided there, or their keys written and
- *				taken out of memory first: flush.c); those on a row
+ *				taken out of memory first: memory/batch.c); those on a row
  *				locked by another transaction are set aside
  *	answer		send the new requests' answers at once
  *	retry		every PKLIMIT_RETRY_MS, try the set-aside requests again,
@@ -28,9 +29,9 @@
  *	wait		for new requests, a retry, a purge step or a flush
  *
  * Between rounds, every pklimit.flush_interval, the worker writes the keys
- * its database holds in memory to the table (flush.c), and before each
- * purge step too; and when it exits for any reason but a crash, it closes
- * its database's memory and writes them a last time (final_flush).
+ * its database holds in memory to the table (memory/flush.c), and before
+ * each purge step too; and when it exits for any reason but a crash, it
+ * closes its database's memory and writes them a last time (final_flush).
  *
  * The worker starts a batch at once, without waiting for more requests:
  * those arriving during its commit flush make up the next batch, which
@@ -55,7 +56,13 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "memory.h"
+#include "purge.h"
+#include "queue.h"
+#include "registry.h"
+#include "settings.h"
+#include "stats.h"
+#include "worker.h"
 
 /*
  * The requests the worker works on: set-aside ones first, oldest first.  It
@@ -335,7 +342,7 @@ retire(void)
 /*
  * Worker exit: answer what it had taken (no_worker), fail its running
  * purge, and leave the registry; a worker that retired holds no slot, and
- * its entry may be reused.  arg is its registry index.
+ * its registration may be reused.  arg is its registry index.
  */
 static void
 detach(int code, Datum arg)
@@ -350,7 +357,7 @@ detach(int code, Datum arg)
 	LWLockRelease(pklimit_lock);
 }
 
-/* Claim the worker's registry entry (registry.c), and detach on exit. */
+/* Claim the worker's registration (registry.c), and detach on exit. */
 static Oid
 attach(int worker, Oid static_dboid)
 {
@@ -463,6 +470,62 @@ set_up_session(void)
 	set_commit_mode();
 }
 
+/*
+ * Connect to the database that registry index worker serves: a static
+ * worker's, named in pklimit.databases, or the one a caller registered it
+ * for (the worker exits if that registration was given up meanwhile).
+ */
+static Oid
+connect_to_database(int worker)
+{
+	Oid			dboid;
+
+	if (pklimit_registry_static_database(worker) != NULL)
+	{
+		static_worker = true;
+		BackgroundWorkerInitializeConnection(MyBgworkerEntry->bgw_extra,
+											 NULL, 0);
+		return attach(worker, MyDatabaseId);
+	}
+	dboid = attach(worker, InvalidOid);
+	if (!OidIsValid(dboid))
+		proc_exit(0);
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	return dboid;
+}
+
+/*
+ * Between rounds: the flush, when due and before each purge step, so the
+ * purge judges keys in memory by their state there; after a failed one,
+ * the purge waits for the next that works, every flush interval.  Then a
+ * purge step, if due.  *last_work moves on with work done; returns true if
+ * the purge goes on at once.
+ */
+static bool
+flush_and_purge(Batch *b, TimestampTz *last_work, bool *flushed)
+{
+	if (pklimit_flush_due() || (pklimit_purge_due() && *flushed))
+	{
+		int			written;
+
+		MemoryContextSwitchTo(b->context);
+		written = pklimit_flush(&session, b->context);
+		*flushed = (written >= 0);
+		if (written > 0)
+			*last_work = GetCurrentTimestamp();
+		MemoryContextSwitchTo(TopMemoryContext);
+		MemoryContextReset(b->context);
+	}
+	if (pklimit_purge_due() && *flushed)
+	{
+		bool		goes_on = pklimit_purge_step(&session, b->context);
+
+		*last_work = GetCurrentTimestamp();
+		return goes_on;
+	}
+	return false;
+}
+
 void
 pklimit_worker_main(Datum main_arg)
 {
@@ -475,21 +538,7 @@ pklimit_worker_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-
-	if (pklimit_registry_static_database(worker) != NULL)
-	{
-		static_worker = true;
-		BackgroundWorkerInitializeConnection(MyBgworkerEntry->bgw_extra,
-											 NULL, 0);
-		dboid = attach(worker, MyDatabaseId);
-	}
-	else
-	{
-		dboid = attach(worker, InvalidOid);
-		if (!OidIsValid(dboid))
-			proc_exit(0);
-		BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	}
+	dboid = connect_to_database(worker);
 	pgstat_report_appname("pklimit worker");
 	set_up_session();
 	pklimit_stats_add(PKLIMIT_STAT_WORKER_STARTS, 1);
@@ -520,33 +569,8 @@ pklimit_worker_main(Datum main_arg)
 			MemoryContextReset(batch->context);
 			last_work = GetCurrentTimestamp();
 		}
-
-		/*
-		 * The flush, when due and before each purge step, so the purge judges
-		 * keys in memory by their state there; after a failed one, the purge
-		 * waits for the next that works, every flush interval.
-		 */
-		if (pklimit_flush_due() || (pklimit_purge_due() && flushed))
-		{
-			int			written;
-
-			MemoryContextSwitchTo(batch->context);
-			written = pklimit_flush(&session, batch->context);
-			flushed = (written >= 0);
-			if (written > 0)
-				last_work = GetCurrentTimestamp();
-			MemoryContextSwitchTo(TopMemoryContext);
-			MemoryContextReset(batch->context);
-		}
-		if (pklimit_purge_due() && flushed)
-		{
-			bool		goes_on = pklimit_purge_step(&session,
-													 batch->context);
-
-			last_work = GetCurrentTimestamp();
-			if (goes_on)
-				continue;
-		}
+		if (flush_and_purge(batch, &last_work, &flushed))
+			continue;
 		if (nnew == 0)
 			wait_for_work(batch, last_work);
 	}

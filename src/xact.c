@@ -34,7 +34,8 @@
 #include "utils/timeout.h"
 
 #include "compat.h"
-#include "pklimit.h"
+#include "settings.h"
+#include "xact.h"
 
 /*
  * The wait timer (for a Citus node's answer, or a purge's slice): when it

@@ -122,13 +122,10 @@ sub one_hot_key
 			$node->safe_psql('postgres',
 				"SELECT pklimit_stats_reset(oid) FROM pg_database WHERE datname = 'postgres'");
 			my $tag = $key =~ s/\W/_/gr;
-			$node->pgbench(
-				"--no-vacuum --client=$clients --jobs=4 --transactions=$per_client"
-				  . " --random-seed=$SEED",
-				0,
-				[qr{processed: $total/$total}],
-				[qr{\A(?:pgbench: setting random seed to \d+\n)?\z}],
+			pklimit_pgbench(
+				$node,
 				"$name: pgbench, $clients clients x $per_client calls",
+				$clients, $per_client, $SEED,
 				{
 					"002_${tag}_allow" =>
 					  "INSERT INTO results (ok) SELECT pklimit_allow('$key', $max, '1 day');\n",
@@ -196,14 +193,11 @@ one_hot_key('case 1, one hot key', 'hot', 16, 50, 100, 'read committed');
 			my ($attempt) = @_;
 			my $prefix = "multi$attempt:";
 			$node->safe_psql('postgres', 'TRUNCATE results_multi');
-			$node->pgbench(
-				"--no-vacuum --client=$clients --jobs=4 --transactions=$per_client"
-				  . " --random-seed=$SEED",
-				0,
-				[qr{processed: $total/$total}],
-				[qr{\A(?:pgbench: setting random seed to \d+\n)?\z}],
+			pklimit_pgbench(
+				$node,
 				"case 2: pgbench, $clients clients x $per_client calls over"
 				  . " $nkeys keys x 3 namespaces",
+				$clients, $per_client, $SEED,
 				{
 					"002_multi_$attempt" => qq{\\set k random_zipfian(1, $nkeys, 1.5)
 \\set t random(0, 2)
@@ -285,13 +279,10 @@ sub groups
 			my $prefix = ($quota ? 'quota' : 'group') . "$attempt:";
 			my $options = $quota ? ', cost => :cost, record_refused => false' : '';
 			$node->safe_psql('postgres', 'TRUNCATE results_groups');
-			$node->pgbench(
-				"--no-vacuum --client=$clients --jobs=4 --transactions=$per_client"
-				  . " --random-seed=$SEED",
-				0,
-				[qr{processed: $total/$total}],
-				[qr{\A(?:pgbench: setting random seed to \d+\n)?\z}],
+			pklimit_pgbench(
+				$node,
 				"$name: pgbench, $clients clients x $per_client calls on two of 4 keys",
+				$clients, $per_client, $SEED,
 				{
 					"002_groups_${quota}_$attempt" => qq{\\set a random(1, 4)
 \\set b 1 + (:a + random(0, 2)) % 4

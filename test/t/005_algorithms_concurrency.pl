@@ -62,14 +62,8 @@ sub run_pgbench
 	$node->safe_psql('postgres', 'TRUNCATE results, results_groups');
 	$node->safe_psql('postgres',
 		"SELECT pklimit_stats_reset(oid) FROM pg_database WHERE datname = 'postgres'");
-	$node->pgbench(
-		"--no-vacuum --client=$clients --jobs=4 --transactions=$per_client"
-		  . " --random-seed=$SEED",
-		0,
-		[qr{processed: $total/$total}],
-		[qr{\A(?:pgbench: setting random seed to \d+\n)?\z}],
-		"$name: pgbench, $clients clients x $per_client calls",
-		{ "005_$script" => $sql });
+	pklimit_pgbench($node, "$name: pgbench, $clients clients x $per_client calls",
+		$clients, $per_client, $SEED, { "005_$script" => $sql });
 	return;
 }
 

@@ -45,14 +45,8 @@ my $total = $clients * $per_client;
 sub run_pgbench
 {
 	my ($name, $script, $sql) = @_;
-	$node->pgbench(
-		"--no-vacuum --client=$clients --jobs=4 --transactions=$per_client"
-		  . " --random-seed=$SEED",
-		0,
-		[qr{processed: $total/$total}],
-		[qr{\A(?:pgbench: setting random seed to \d+\n)?\z}],
-		"$name: pgbench, $clients clients x $per_client runs",
-		{ "006_$script" => $sql });
+	pklimit_pgbench($node, "$name: pgbench, $clients clients x $per_client runs",
+		$clients, $per_client, $SEED, { "006_$script" => $sql });
 	return;
 }
 

@@ -50,14 +50,8 @@ sub stats
 sub run_pgbench
 {
 	my ($name, $clients, $per_client, $scripts) = @_;
-	my $total = $clients * $per_client;
-	$node->pgbench(
-		"--no-vacuum --client=$clients --jobs=4 --transactions=$per_client --random-seed=$SEED",
-		0,
-		[qr{processed: $total/$total}],
-		[qr{\A(?:pgbench: setting random seed to \d+\n)?\z}],
-		"$name: pgbench, $clients clients x $per_client calls",
-		$scripts);
+	pklimit_pgbench($node, "$name: pgbench, $clients clients x $per_client calls",
+		$clients, $per_client, $SEED, $scripts);
 	return;
 }
 

@@ -1,8 +1,10 @@
 # PklimitAlgorithms: the reference models of pklimit's three algorithms
-# (fixed window, GCRA, sliding window), with the events pklimit_decrement
-# takes back, that 004_algorithms.pl compares the server with, written from
-# docs/algorithms.md (the contract) and nothing else; and the exact sliding
-# log the sliding window is measured against.
+# (fixed window, GCRA, sliding window), one model each, with the events
+# pklimit_decrement takes back, written from docs/algorithms.md (the
+# contract) and nothing else.  004_algorithms.pl compares the server with
+# them; PklimitModel.pm (001_conformance.pl, 003_conformance_scenario.pl)
+# decides its calls on the fixed window's, around its tenants, rollbacks
+# and purges.
 #
 # A key's row is undef (no row) or a hash
 #   {alg, W, ws, count, prev, mc, bu}
@@ -66,6 +68,8 @@ use Exporter 'import';
 
 our @EXPORT = qw(INT64_MAX bigint_lib row_key show_row model_count settle
   decide apply_decision check_answer is_open uses_big decrement);
+
+# align() is PklimitModel.pm's too, called by its full name.
 
 use constant INT64_MAX => 9223372036854775807;
 

@@ -1,22 +1,31 @@
-# PklimitModel: the reference model of pklimit that the conformance tests
-# (001_conformance.pl, 003_conformance_scenario.pl) compare the server with
-# ("both limiters agree"), and the runner that replays a batch of operations
-# in one psql session and compares every answer.
+# PklimitModel: the reference model of pklimit's calls that the conformance
+# tests (001_conformance.pl, 003_conformance_scenario.pl) compare the server
+# with ("both limiters agree"), and the runner that replays a batch of
+# operations in one psql session and compares every answer.
 #
 # An operation is a hash {op => ..., args}; op_sql() gives its SQL and the
-# model its expected output line.  The model's state is "tenant\0key" ->
-# {ws, we, count} (tenant '' is the global namespace), plus per-session
-# settings; it never uses now() and never reads the table to decide.
+# model its expected output line.  This model keeps what a session and its
+# keys are: the tenants (the connection's, SET, set_config, SET LOCAL in a
+# block that commits or rolls back), the default limit, count, forget and
+# the purge.  The rules of a call on a key are the fixed window's of
+# PklimitAlgorithms.pm, the one model of each algorithm: a key's row here is
+# that model's fixed window row (alg, W, ws, count, bu), keyed
+# "tenant\0key" (tenant '' is the global namespace), with bu_hi, the latest
+# moment a block it holds can end.  It never uses now() and never reads the
+# table to decide.
 #
 # How the clock is handled: every batch's first and last statements read
 # clock_timestamp(), the server clock pklimit itself uses, so every event of
 # the batch is recorded between those two readings.  If no window boundary
 # of a length that matters to the batch (one its calls use, one a row of the
 # model has) falls inside that interval, every operation of the batch sees
-# the same current window, and the model computes it from the first reading.
-# If a boundary does fall inside, the batch's outcome is not predictable:
-# the table and the model are both emptied and the batch is replayed, at
-# most $MAX_ATTEMPTS times, after which the test fails.
+# the same current window, and the model decides each call at the first
+# reading; a block it starts ends between the block after the first reading
+# and the block after the last (bu .. bu_hi), and pklimit_check's reset_at
+# and retry_after are compared with the range those give.  If a boundary
+# does fall inside, the batch's outcome is not predictable: the table and
+# the model are both emptied and the batch is replayed, at most
+# $MAX_ATTEMPTS times, after which the test fails.
 #
 # A batch fails at the first answer that differs (reported with the
 # operations before it and the model's rows for the key), if psql prints
@@ -32,6 +41,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Exporter 'import';
+use PklimitAlgorithms ();
 
 our @EXPORT = qw(USEC INT64_MAX $DEFAULT_MAX $DEFAULT_WINDOW %coverage
   conformance_node run_batch window_of q_lit show server_clock
@@ -150,9 +160,9 @@ sub op_desc
 }
 
 # ---------------------------------------------------------------------------
-# The reference model.  State: "tenant\0key" -> {ws, we, count} (tenant ''
-# is the global namespace), plus per-session settings.  $t is the server
-# time (microseconds since the epoch) of the batch; the caller guarantees no
+# The reference model.  State: "tenant\0key" -> a fixed window row of
+# PklimitAlgorithms.pm, plus per-session settings.  $t is the server time
+# (microseconds since the epoch) of the batch; the caller guarantees no
 # window boundary of any length in use lies between that time and the
 # events, so every event of the batch is in the window containing $t.
 # ---------------------------------------------------------------------------
@@ -160,78 +170,92 @@ sub op_desc
 our %coverage;
 my %model;    # the model's table
 
+# The window of length $w holding $t, aligned to the epoch: [start, end).
 sub window_of
 {
 	my ($t, $w) = @_;
-	use integer;
-	my $ws = ($t / $w) * $w;    # $t > 0: truncation is floor
+	my $ws = PklimitAlgorithms::align($t, $w);
 	return ($ws, $ws + $w);
 }
 
+sub max2 { return $_[0] > $_[1] ? $_[0] : $_[1]; }
 
-# The rules of a limit, as the README's table says (src/limit.c in C).  A
-# call at time $t on the row of key $id with max $max, window $w, cost $cost
-# (0: a peek), record_refused $rr and block $block (0: none).  decide()
-# gives the key's own decision; apply_call() records it: $record says
-# whether its events are recorded (its own, or its group's, decision
-# allowed, or record_refused).
+# A call of max $max, window $w, cost $cost (0: a peek), record_refused $rr
+# and block $block (0: none), as PklimitAlgorithms.pm takes it: a fixed
+# window's.
+sub fixed_call
+{
+	my ($c) = @_;
+	return { alg => 'fixed', W => $c->{w}, M => $c->{max}, c => $c->{cost},
+		rr => $c->{rr}, block => $c->{block} };
+}
+
+# The key's own decision at $t on its row (PklimitAlgorithms::decide): the
+# view the call is decided on, with what apply_call() and the answers need.
 sub decide
 {
 	my ($row, $t, $c) = @_;
-	my $open = $row && $row->{we} > $t;
-	my %d = (count => $open ? $row->{count} : 0);
-	$d{we} = $open ? $row->{we} : (window_of($t, $c->{w}))[1];
-	$d{blocked} = $row && $row->{bu_lo} && $row->{bu_lo} > $t;
-	if ($d{blocked}) { $d{allowed} = 0; $coverage{blocked}++; }
-	else
-	{
-		# a peek asks about one more event; the sum saturates as the count
-		my $events = $c->{cost} == 0 ? 1 : $c->{cost};
-		my $reached = $events > INT64_MAX - $d{count} ? INT64_MAX : $d{count} + $events;
-		$d{allowed} = $reached <= $c->{max};
-		$coverage{peek}++ if $c->{cost} == 0;
-	}
-	return \%d;
+	my ($r, $call, $now, $big) =
+	  PklimitAlgorithms::prepare($row, fixed_call($c), $t);
+	my $v = PklimitAlgorithms::decide($r, $call, $now);
+	$v->{prep} = [ $r, $call, $now, $big ];
+	$v->{was_blocked} = $v->{blocked};
+	if ($v->{blocked}) { $coverage{blocked}++; }
+	elsif ($c->{cost} == 0) { $coverage{peek}++; }
+	return $v;
 }
 
+# Record the call decided in $v on the row of key $id, if $record (its own,
+# or its group's, decision allowed, or record_refused): the row after it
+# (PklimitAlgorithms::apply_decision), with bu_hi if it starts a block.
 sub apply_call
 {
-	my ($rows, $id, $t, $c, $d, $record, $t1) = @_;
+	my ($rows, $id, $t, $c, $v, $record, $t1) = @_;
 	my $row = $rows->{$id};
-	my $open = $row && $row->{we} > $t;
-	return $row if $d->{blocked} || $c->{cost} == 0;
-	if ($record)
+	my ($r, $call, $now, $big) = @{ $v->{prep} };
+	my $after = PklimitAlgorithms::apply_decision($r, $call, $now, $v, $record);
+	return $row if $v->{was_blocked} || $c->{cost} == 0 || !$after;
+	$after = PklimitAlgorithms::norm_row($after) if $big;
+	if ($v->{recorded})
 	{
-		if (!$open)
-		{
-			$coverage{restart_closed}++ if $row;
-			my ($ws, $we) = window_of($t, $c->{w});
-			$row = $rows->{$id} = { %{ $row // {} }, ws => $ws, we => $we, count => 0 };
-		}
-		elsif ($row->{we} - $row->{ws} != $c->{w})
-		{
-			$coverage{other_length_counts_in_open_window}++;
-		}
-		$row->{count} = $row->{count} > INT64_MAX - $c->{cost} ? INT64_MAX : $row->{count} + $c->{cost};
-		$d->{count} = $row->{count};
 		$coverage{recorded}++;
+		$coverage{restart_closed}++ if $row && !$v->{open};
+		$coverage{other_length_counts_in_open_window}++
+		  if $v->{open} && $v->{W} != $c->{w};
 	}
 	else { $coverage{not_recorded}++; }
-	if (!$d->{allowed} && $c->{block})
+	if ($v->{block_started})
 	{
-		if (!$row || $row->{we} <= $t)
-		{
-			my ($ws, $we) = window_of($t, $c->{w});
-			$row = $rows->{$id} = { %{ $row // {} }, ws => $ws, we => $we, count => 0 };
-		}
-		# blocked until the block after the event's time (an instant in
-		# [t, t1]), or the window's end if later
-		$row->{bu_lo} = $t + $c->{block} > $row->{we} ? $t + $c->{block} : $row->{we};
-		$row->{bu_hi} = $t1 + $c->{block} > $row->{we} ? $t1 + $c->{block} : $row->{we};
-		$d->{blocked} = 1;
+		# a block after the event's time (an instant in [t, t1]), or to its
+		# window's end if later
+		$after->{bu_hi} = max2($t1 + $c->{block}, $after->{ws} + $after->{W});
 		$coverage{block_started}++;
 	}
-	return $row;
+	$rows->{$id} = $after;
+	return $after;
+}
+
+# The columns of pklimit_check after the call decided in $v (on a key
+# whose row is now $after): allowed, count, remaining, reset_at,
+# retry_after, status.  Each is the model's for the earliest end of a block
+# read at $t1 and the latest read at $t, or the range between the two where
+# they differ: the event's time, and so the block's end, is an instant of
+# [$t, $t1].
+sub check_columns
+{
+	my ($v, $after, $t, $t1) = @_;
+	my ($r, $call) = @{ $v->{prep} };
+	my %hi = %$v;
+	$hi{bu} = $after->{bu_hi} if $v->{bu} && $after && $after->{bu_hi};
+	my @lo = map { PklimitAlgorithms::norm($_) }
+	  @{ PklimitAlgorithms::check_answer($call, $t1, {%$v}) };
+	my @hi = map { PklimitAlgorithms::norm($_) }
+	  @{ PklimitAlgorithms::check_answer($call, $t, \%hi) };
+	my @cols = map {
+		$lo[$_] eq $hi[$_] ? $lo[$_]
+		  : $lo[$_] < $hi[$_] ? [ $lo[$_], $hi[$_] ] : [ $hi[$_], $lo[$_] ]
+	} 0 .. $#lo;
+	return [ @cols, 'ok' ];
 }
 
 # The call of operation $o (allow, check) with the session's defaults.
@@ -282,25 +306,11 @@ sub model_run
 		if ($op eq 'allow' || $op eq 'allow1' || $op eq 'check')
 		{
 			my $c = call_of($o, %s);
-			my $d = decide($rows->{$id}, $t, $c);
-			my $row = apply_call($rows, $id, $t, $c, $d, $d->{allowed} || $c->{rr}, $t1);
-			$coverage{refused}++ unless $d->{allowed};
-			if ($op ne 'check')
-			{
-				push @expect, [ $d->{allowed} ? 't' : 'f', $i ];
-				next;
-			}
-			# reset_at and retry_after, as closely as the model knows them:
-			# the event's time is an instant in [t, t1]
-			my $remaining = $d->{allowed} ? $c->{max} - $d->{count} : 0;
-			my ($reset, $retry);
-			if ($d->{allowed}) { ($reset, $retry) = ($d->{we}, 0); }
-			else
-			{
-				my ($lo, $hi) = $d->{blocked} ? ($row->{bu_lo}, $row->{bu_hi}) : ($d->{we}, $d->{we});
-				($reset, $retry) = ($lo == $hi ? $lo : [ $lo, $hi ], [ $lo - $t1, $hi - $t ]);
-			}
-			push @expect, [ [ $d->{allowed} ? 't' : 'f', $d->{count}, $remaining, $reset, $retry, 'ok' ], $i ];
+			my $v = decide($rows->{$id}, $t, $c);
+			my $row = apply_call($rows, $id, $t, $c, $v, $v->{allowed} || $c->{rr}, $t1);
+			$coverage{refused}++ unless $v->{allowed};
+			push @expect, [ $op eq 'check' ? check_columns($v, $row, $t, $t1)
+				: $v->{allowed} ? 't' : 'f', $i ];
 			next;
 		}
 		if ($op eq 'check_all')
@@ -310,15 +320,16 @@ sub model_run
 				{ max => $o->{maxes}[$_], w => $o->{wus}[$_], cost => $o->{cost} // 1,
 					rr => $o->{rr} // 1, block => $o->{block} // 0 }
 			} 0 .. $#ids;
-			my @d = map { decide($rows->{ $ids[$_] }, $t, $calls[$_]) } 0 .. $#ids;
-			my $all = !grep { !$_->{allowed} } @d;
+			my @v = map { decide($rows->{ $ids[$_] }, $t, $calls[$_]) } 0 .. $#ids;
+			my $all = !grep { !$_->{allowed} } @v;
 			$coverage{group_refused}++ unless $all;
-			apply_call($rows, $ids[$_], $t, $calls[$_], $d[$_], $all || $calls[$_]{rr}, $t1)
-			  for 0 .. $#ids;
+			my @after = map {
+				apply_call($rows, $ids[$_], $t, $calls[$_], $v[$_], $all || $calls[$_]{rr}, $t1)
+			} 0 .. $#ids;
 			push @expect, [
 				join(',', map {
-					join('|', $d[$_]{allowed} ? 't' : 'f', $d[$_]{count},
-						$d[$_]{allowed} ? $calls[$_]{max} - $d[$_]{count} : 0, 'ok')
+					my $cols = check_columns($v[$_], $after[$_], $t, $t1);
+					join('|', @{$cols}[ 0 .. 2 ], 'ok')
 				} 0 .. $#ids),
 				$i ];
 			next;
@@ -326,13 +337,9 @@ sub model_run
 		if ($op eq 'count')
 		{
 			my $row = $rows->{$id};
-			my $c = 0;
-			if ($row)
-			{
-				if ($row->{we} > $t) { $c = $row->{count}; }
-				else { $coverage{count_closed}++; }
-			}
-			push @expect, [ $c, $i ];
+			$coverage{count_closed}++
+			  if $row && !PklimitAlgorithms::is_open($row, $t);
+			push @expect, [ PklimitAlgorithms::model_count($row, $t), $i ];
 			next;
 		}
 		if ($op eq 'forget')
@@ -348,8 +355,9 @@ sub model_run
 			my $n = 0;
 			for my $k (keys %$rows)
 			{
-				my $bu = $rows->{$k}{bu_hi} // 0;
-				if ($rows->{$k}{we} + $o->{r} < $t && (!$bu || $bu + $o->{r} < $t))
+				my $r = $rows->{$k};
+				my $bu = $r->{bu} ? $r->{bu_hi} : 0;
+				if ($r->{ws} + $r->{W} + $o->{r} < $t && (!$bu || $bu + $o->{r} < $t))
 				{
 					delete $rows->{$k};
 					$n++;
@@ -373,7 +381,7 @@ sub boundary_crossed
 	my ($t0, $t1, $ops) = @_;
 	my %lengths = ($DEFAULT_WINDOW => 1);
 	my %retentions = (0 => 1);
-	$lengths{ $_->{we} - $_->{ws} } = 1 for values %model;
+	$lengths{ $_->{W} } = 1 for values %model;
 	for my $o (@$ops)
 	{
 		$lengths{ $o->{w} } = 1 if defined $o->{w};
@@ -383,10 +391,10 @@ sub boundary_crossed
 	# a block that ends during the batch, or its purge cutoff
 	for my $row (values %model)
 	{
-		next unless $row->{bu_lo};
+		next unless $row->{bu};
 		for my $r (keys %retentions)
 		{
-			return 'block' if $row->{bu_hi} + $r >= $t0 && $row->{bu_lo} + $r <= $t1;
+			return 'block' if $row->{bu_hi} + $r >= $t0 && $row->{bu} + $r <= $t1;
 		}
 	}
 	use integer;
@@ -606,8 +614,8 @@ sub report
 			my ($t, $k) = split /\0/, $id, 2;
 			next unless $k eq $o->{key};
 			my $r = $rows{$id};
-			push @lines, "  " . show($t) . " $r->{ws} $r->{we} $r->{count}"
-			  . ($r->{bu_lo} ? " blocked until $r->{bu_lo}..$r->{bu_hi}" : '');
+			push @lines, "  " . show($t) . " $r->{ws} " . ($r->{ws} + $r->{W}) . " $r->{count}"
+			  . ($r->{bu} ? " blocked until $r->{bu}..$r->{bu_hi}" : '');
 		}
 	}
 	diag(join("\n", @lines));

@@ -22,7 +22,7 @@ if (!defined $ENV{PG_REGRESS})
 }
 
 our @EXPORT = qw(pklimit_node pklimit_cron_node worker_pid timed_psql pg_major extension_catalog
-  update_under_load need start_pgbouncer stop_pgbouncer);
+  update_under_load pklimit_pgbench need start_pgbouncer stop_pgbouncer);
 
 # The major version of the PostgreSQL under test (pg_config on the PATH).
 sub pg_major
@@ -81,6 +81,26 @@ sub timed_psql
 	my $start = time();
 	$node->psql($db, $sql, stdout => \$out, stderr => \$err, on_error_stop => 0);
 	return ($out, $err, time() - $start);
+}
+
+# $clients pgbench clients (4 threads) each run $per_client transactions of
+# the scripts of %$scripts (file name => SQL, chosen at random by pgbench,
+# seeded with $seed) on database postgres, without vacuum: pgbench exits 0,
+# processes every transaction and writes nothing on stderr but its seed.
+# The checks are named $name.
+sub pklimit_pgbench
+{
+	my ($node, $name, $clients, $per_client, $seed, $scripts) = @_;
+	my $total = $clients * $per_client;
+	$node->pgbench(
+		"--no-vacuum --client=$clients --jobs=4 --transactions=$per_client"
+		  . " --random-seed=$seed",
+		0,
+		[qr{processed: $total/$total}],
+		[qr{\A(?:pgbench: setting random seed to \d+\n)?\z}],
+		$name,
+		$scripts);
+	return;
 }
 
 # ALTER EXTENSION pklimit UPDATE TO $to in database $db while two sessions

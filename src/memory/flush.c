@@ -1,0 +1,211 @@
+/*-------------------------------------------------------------------------
+ *
+ * flush.c
+ *		The memory path's writes to platformkit_limits, in the worker's
+ *		transactions: the flush, which writes its database's changed keys
+ *		every pklimit.flush_interval and when the worker exits, and opens
+ *		memory for calls once it committed; and the take-out, the same
+ *		transaction for the keys of durable calls, which leave memory after
+ *		its commit (batch.c asks for it).  The keys are collected by
+ *		inout.c, the statements are store.c's, the transactions xact.c's.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "guards.h"
+#include "memory_private.h"
+#include "stats.h"
+
+/* Rows one statement of a flush writes. */
+#define FLUSH_ROWS 1000
+
+/* When the last flush started; 0: none yet, so one is due. */
+static TimestampTz last_flush = 0;
+
+/*
+ * Microseconds since the last flush started; a clock stepped back before it
+ * counts as a whole interval, so the flush runs at once and its start sets
+ * flushed_through by the new clock (memory calls fall back meanwhile).
+ */
+static int64
+since_last_flush(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (now < last_flush)
+		return (int64) pklimit_flush_interval * 1000;
+	return now - last_flush;
+}
+
+bool
+pklimit_flush_due(void)
+{
+	return pklimit_memory_keys > 0 &&
+		since_last_flush() >= (int64) pklimit_flush_interval * 1000;
+}
+
+/* Milliseconds until the next flush is due; -1: never (no memory path). */
+long
+pklimit_flush_wait_ms(void)
+{
+	int64		left;
+
+	if (pklimit_memory_keys == 0)
+		return -1;
+	left = (int64) pklimit_flush_interval * 1000 - since_last_flush();
+	return (long) Max(left / 1000, 0);
+}
+
+/* Write the copies to be written, FLUSH_ROWS a statement; returns how many. */
+static int
+write_copies(const PklimitTable *table, const MemoryCopy *copies, int n)
+{
+	const char **keys = palloc(sizeof(char *) * FLUSH_ROWS);
+	PklimitRow *rows = palloc(sizeof(PklimitRow) * FLUSH_ROWS);
+	int			written = 0;
+	int			m = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!copies[i].write)
+			continue;
+		keys[m] = copies[i].stored_key;
+		rows[m++] = copies[i].row;
+		if (m == FLUSH_ROWS)
+		{
+			pklimit_store_flush(table, keys, rows, m);
+			written += m;
+			m = 0;
+		}
+	}
+	if (m > 0)
+	{
+		pklimit_store_flush(table, keys, rows, m);
+		written += m;
+	}
+	pfree(keys);
+	pfree(rows);
+	return written;
+}
+
+/*
+ * In the transaction begun: pklimit's table found, and this database's keys
+ * (every changed one, or those of the n requests) collected into *copies,
+ * in memory_context so that they outlive an abort.  Returns how many.
+ */
+static int
+collect(PklimitSession *session, MemoryContext memory_context,
+		const PklimitRequest *requests, int n, PklimitTable *table,
+		MemoryCopy **copies)
+{
+	Oid			nspid = pklimit_extension_namespace();
+	MemoryContext old;
+	int			ncopies;
+
+	if (OidIsValid(nspid))
+		pklimit_table_open(nspid, session->on_citus, table);
+	old = MemoryContextSwitchTo(memory_context);
+	ncopies = pklimit_memory_collect(copies,
+									 table->version >= 3 ? table->relid :
+									 InvalidOid, requests, n);
+	MemoryContextSwitchTo(old);
+	return ncopies;
+}
+
+/*
+ * One transaction that writes this database's keys: every changed one (the
+ * flush), or (with requests: a take-out) those of the n requests' keys,
+ * which leave memory after its commit.  Returns false, with *error saying
+ * why, if it did not commit; keys of a table that is not pklimit's now are
+ * discarded.
+ */
+bool
+pklimit_memory_write_out(PklimitSession *session, MemoryContext memory_context,
+						 const PklimitRequest *requests, int n,
+						 ErrorData **error, int *nwritten)
+{
+	MemoryCopy *volatile copies = NULL;
+	volatile int ncopies = 0;
+	volatile int written = 0;
+	volatile bool committed = false;
+
+	*error = NULL;
+	pklimit_set_lock_wait(session, PKLIMIT_BATCH_LOCK_MS);
+	PG_TRY();
+	{
+		PklimitTable table = {0};
+		MemoryCopy *c;
+
+		pklimit_begin_transaction("pklimit: writing keys in memory to the table");
+		ncopies = collect(session, memory_context, requests, n, &table, &c);
+		copies = c;
+		if (ncopies > 0)
+		{
+			PklimitUser worker;
+
+			pklimit_remember_user(&worker);
+			pklimit_become_owner(&worker, table.owner);
+			written = write_copies(&table, copies, ncopies);
+			pklimit_restore_user(&worker);
+		}
+		(void) pklimit_commit_transaction();
+		committed = true;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata = pklimit_abort_transaction(memory_context);
+
+		*error = edata;
+		ereport(LOG,
+				(errmsg("pklimit worker could not write keys in memory to the table: %s",
+						edata->message)));
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(memory_context);
+	pklimit_report_idle();
+
+	if (requests != NULL)
+		pklimit_memory_leave(copies, ncopies, !committed);
+	else if (committed)
+		pklimit_memory_written(copies, ncopies);
+	*nwritten = committed ? written : 0;
+	if (committed && written > 0 && requests == NULL)
+	{
+		pklimit_stats_add(PKLIMIT_STAT_FLUSHES, 1);
+		pklimit_stats_add(PKLIMIT_STAT_ROWS_FLUSHED, written);
+	}
+	return committed;
+}
+
+/*
+ * The flush: every changed key of this database written in one
+ * transaction.  Once it committed, every change made before it started is
+ * in the table, which opens memory for calls again (unless it is closing:
+ * the worker exits).  Returns the rows written, or -1 if it did not commit.
+ */
+int
+pklimit_flush(PklimitSession *session, MemoryContext memory_context)
+{
+	TimestampTz started = GetCurrentTimestamp();
+	bool		closing = proc_exit_inprogress; /* final_flush (worker.c) */
+	ErrorData  *error;
+	int			written = 0;
+
+	last_flush = started;
+	if (pklimit_memory_keys == 0)
+		return 0;
+	if (pklimit_memory_held() &&
+		!pklimit_memory_write_out(session, memory_context, NULL, 0, &error,
+								  &written))
+		return -1;
+	if (!closing)
+		pklimit_memory_flushed_through(started);
+	pklimit_memory_shed();
+	return written;
+}

@@ -1,0 +1,52 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.h
+ *		pklimit's table: found and checked for one transaction (table.c),
+ *		and the statements on it (store.c), run in the current transaction
+ *		as the current role.  Only the worker's transactions use them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PKLIMIT_STORE_H
+#define PKLIMIT_STORE_H
+
+#include "limit.h"
+
+/* pklimit's table, as one transaction found it (table.c). */
+typedef struct PklimitTable
+{
+	Oid			nspid;
+	Oid			relid;
+	Oid			owner;			/* pklimit's statements run as this role */
+	int			version;		/* 1: the table of 0.1.0; 2: of 0.2.0; 3: of
+								 * 0.3.0 */
+	bool		citus;			/* distributed or replicated by Citus */
+} PklimitTable;
+
+/* table.c */
+extern void pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table);
+extern bool pklimit_table_free(Oid nspid);
+extern bool pklimit_table_oldest_end(Oid nspid, TimestampTz *oldest,
+									 bool *found);
+
+/* store.c */
+extern void pklimit_store_hit(const PklimitTable *table, const char *stored_key,
+							  const PklimitCall *starts, int64 max_count,
+							  int64 events, TimestampTz now, PklimitRow *row);
+extern bool pklimit_store_read(const PklimitTable *table, const char *stored_key,
+							   bool lock, PklimitRow *row);
+extern void pklimit_store_write(const PklimitTable *table,
+								const char *stored_key, const PklimitRow *row,
+								bool existed);
+extern bool pklimit_store_forget(const PklimitTable *table,
+								 const char *stored_key);
+extern void pklimit_store_flush(const PklimitTable *table,
+								const char *const *keys,
+								const PklimitRow *rows, int n);
+extern int64 pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff,
+								 int64 limit, TimestampTz *from);
+
+/* True only while store.c's statements run: the RLS predicate. */
+extern bool pklimit_in_system;
+
+#endif							/* PKLIMIT_STORE_H */
