@@ -15,13 +15,17 @@ open(my $out, '>', $log) or die "$log: $!\n";
 $| = 1;
 
 my ($name, $passed, $failed, $started, $dubious);
+# files run one after another: each starts when the one before ended (its
+# header line comes whole only with its first output)
+my $last_end = time();
 my (@failures, $in_failure, @other);
 
 sub finish_file
 {
 	my ($how) = @_;
 	return unless defined $name;
-	printf "   %s: %d passed, %d failed (%d s)%s\n", $name, $passed, $failed, time() - $started,
+	$last_end = time();
+	printf "   %s: %d passed, %d failed (%d s)%s\n", $name, $passed, $failed, $last_end - $started,
 	  $how ? " - $how" : '';
 	undef $name;
 }
@@ -37,14 +41,22 @@ while (my $line = <STDIN>)
 		if ($rest =~ /^skipped: (.*)$/)
 		{
 			print "   $file: not run: $1\n";
+			$last_end = time();
 			next;
 		}
-		($name, $passed, $failed, $started, $dubious) = ($file, 0, 0, time(), undef);
+		($name, $passed, $failed, $started, $dubious) = ($file, 0, 0, $last_end, undef);
 		@other = ();
 		next;
 	}
 	next unless defined $name;
-	if ($line =~ /^ok \d+/)
+	if ($line =~ /^skipped: (.*)$/)
+	{
+		# a file skipped as a whole (the console formatter says it so)
+		print "   $name: not run: $1\n";
+		undef $name;
+		$last_end = time();
+	}
+	elsif ($line =~ /^ok \d+/)
 	{
 		$in_failure = 0;
 		$passed++ unless $line =~ /# skip/i;
