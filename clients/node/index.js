@@ -128,8 +128,22 @@ function toWarn(logger) {
   throw new TypeError('PklimitStore: logger must be a function or an object with a warn method');
 }
 
+// The store's options: a name it does not know (Durable, windowMS) is a
+// mistake that would otherwise be ignored without a word.
+const OPTIONS = ['pool', 'prefix', 'schema', 'algorithm', 'anchor', 'logger', 'tenant', 'durable'];
+
+function checkOptionNames(options) {
+  for (const name of Object.keys(options)) {
+    if (OPTIONS.includes(name)) continue;
+    const near = OPTIONS.find((o) => o.toLowerCase() === name.toLowerCase());
+    throw new TypeError(`PklimitStore: unknown option ${name}` +
+      (near ? ` (names are case-sensitive: did you mean ${near}?)` : `; the options are ${OPTIONS.join(', ')}`));
+  }
+}
+
 class PklimitStore {
   constructor(options = {}) {
+    checkOptionNames(options);
     const { pool, prefix = 'rl:', schema, algorithm, anchor = 'first', logger, tenant, durable = true } = options;
     if (!pool || typeof pool.query !== 'function') {
       throw new TypeError('PklimitStore: pool must be a pg.Pool (or a client with a query method)');

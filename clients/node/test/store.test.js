@@ -336,4 +336,8 @@ test('bad options are refused', () => {
       new RegExp(`prefix must be a name without ':' .*got '${prefix}'; try '${hint}'`), prefix);
   }
   assert.throws(() => pklimitTenant('x-tenant'), /getTenant must be a function/);
+  // an option it does not know, mis-cased or not, instead of being ignored
+  assert.throws(() => new PklimitStore({ pool: pool(), Durable: false }),
+    /unknown option Durable \(names are case-sensitive: did you mean durable\?\)/);
+  assert.throws(() => new PklimitStore({ pool: pool(), windowMs: 1000 }), /unknown option windowMs; the options are pool,/);
 });

@@ -148,9 +148,10 @@ def _durable(value: Any) -> bool:
 
 
 def _anchor(value: Any) -> str:
-    """The ``anchor`` option: 'first' or 'epoch', in any case."""
-    if isinstance(value, str) and value.lower() in ANCHORS:
-        return value.lower()
+    """The ``anchor`` option: 'first' or 'epoch', exactly, as pklimit spells
+    them."""
+    if isinstance(value, str) and value in ANCHORS:
+        return value
     raise ConfigurationError(
         "the pklimit storage option anchor must be 'first' or 'epoch', got %r" % (value,))
 
