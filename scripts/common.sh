@@ -17,7 +17,22 @@ RUN_AS=postgres
 
 log() { printf '== %s\n' "$*" >&2; }
 
+# One run that installs pklimit into the system's PostgreSQL (a test run, the
+# demo, a benchmark) at a time on a machine: a second one's make install
+# would change the first's pklimit under its tests.  The others wait; what a
+# run starts (test/run.sh's versions, its demo) holds the lock with it.
+lock_machine() {
+	[ -n "${PKLIMIT_LOCKED:-}" ] && return 0
+	exec 9>/var/lock/pklimit-install.lock
+	if ! flock -n 9; then
+		log "waiting for another pklimit test, demo or benchmark on this machine to end"
+		flock 9
+	fi
+	export PKLIMIT_LOCKED=1
+}
+
 install_packages() {
+	lock_machine
 	local pkgs=(postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR
 		postgresql-$PG_MAJOR-cron libipc-run-perl make gcc rsync "$@")
 	local missing=()

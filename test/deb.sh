@@ -97,15 +97,13 @@ else
 fi
 
 deb=$(ls "$work"/"$pkg"_*.deb)
-echo "   $(basename "$deb"):"
-dpkg-deb -c "$deb" | awk '{ print "     " $6 }'
-dpkg-deb -f "$deb" Package Version Depends Recommends | sed 's/^/     /'
+echo "   $(basename "$deb"): $(dpkg-deb -f "$deb" Version), depends on $(dpkg-deb -f "$deb" Depends)"
 
 # What the package must hold: the library, the control file, every script
-# the Makefile builds, and the documentation.
+# the Makefile installs (released and built), and the documentation.
 pg_config=/usr/lib/postgresql/$major/bin/pg_config
 scripts=$(make -s --no-print-directory PG_CONFIG="$pg_config" \
-	--eval 'print-data-built: ; @echo $(DATA_built)' print-data-built)
+	--eval 'print-data: ; @echo $(DATA) $(DATA_built)' print-data)
 expected=("./usr/lib/postgresql/$major/lib/pklimit.so"
 	"./usr/share/postgresql/$major/extension/pklimit.control"
 	"./usr/share/doc/$pkg/copyright"
@@ -120,7 +118,7 @@ grep -qE "^\./usr/share/doc/$pkg/README\.md(\.gz)?$" <<<"$listing" || missing+=(
 if [ ${#missing[@]} -eq 0 ]; then
 	ok "$pkg holds pklimit.so, pklimit.control, $(wc -w <<<"$scripts") SQL scripts, README, changelog, copyright"
 else
-	not_ok "$pkg lacks ${missing[*]}"
+	not_ok "$pkg lacks ${missing[*]}; it holds: $(tr '\n' ' ' <<<"$listing")"
 fi
 depends=$(dpkg-deb -f "$deb" Depends) recommends=$(dpkg-deb -f "$deb" Recommends)
 # (newer pg_buildext adds the minor version built against: "(>> 17.12)")

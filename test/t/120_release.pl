@@ -63,6 +63,13 @@ is($node_lock->{packages}{''}{version}, $control, "and so is its root package's"
 is($py_project, $control, "clients/python/pyproject.toml's version is the control file's");
 is($py_module, $control, "clients/python's pklimit.__version__ is the control file's");
 
+# the README's commands name the files of this version: the Debian
+# package, the PGXN zip, the Node package's tarball
+my $readme = slurp_file("$root/README.md") . slurp_file("$root/clients/node/README.md");
+my @named = $readme =~ /(pklimit_\d+\.\d+\.\d+_amd64\.deb|pklimit-\d+\.\d+\.\d+(?:\.zip|\/| )|rate-limit-pklimit-\d+\.\d+\.\d+\.tgz)/g;
+ok(@named >= 3, 'the READMEs name the release files (' . scalar(@named) . ')');
+is(join(' ', grep { !/[-_]\Q$control\E[._\/ ]/ } @named), '', "every one of version $control");
+
 # the Makefile installs a script that installs or updates to the version
 # (DATA_built while it is written, DATA once released)
 my $makefile = slurp_file("$root/Makefile");
