@@ -155,6 +155,24 @@ SELECT memory_calls > 0 AS memory_calls, memory_reads > 0 AS memory_reads,
        events >= memory_calls AS events_counted
   FROM pklimit_stats WHERE datname = current_database();
 
+-- pklimit_memory_stats() (0.4.0): the columns of pklimit_stats, then hits,
+-- misses and admissions refused.  The first call on a new key is a miss,
+-- whether its key was read in or it was applied durably; each later call
+-- decided on it in memory is a hit (a loaded machine may send one durably,
+-- a fallback: neither).
+SELECT pg_get_function_arguments('pklimit_memory_stats()'::regprocedure) AS columns;
+CREATE TEMP TABLE before AS SELECT hits, misses, admissions_refused
+  FROM pklimit_memory_stats() WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database());
+SELECT count(pklimit_allow('stats-key', 100, '36500 days', durable => false)) FROM generate_series(1, 5);
+SELECT m.misses - b.misses AS misses, m.hits - b.hits BETWEEN 0 AND 4 AS hits_at_most_4,
+       m.admissions_refused - b.admissions_refused AS refused
+  FROM pklimit_memory_stats() m, before b
+ WHERE m.dbid = (SELECT oid FROM pg_database WHERE datname = current_database());
+SELECT pklimit_forget('stats-key') AS forgotten;
+-- who may read it: as pklimit_stats()
+SELECT has_function_privilege('public', 'pklimit_memory_stats()', 'EXECUTE') AS public_executes,
+       has_function_privilege('pg_read_all_stats', 'pklimit_memory_stats()', 'EXECUTE') AS stats_readers_execute;
+
 ALTER SYSTEM RESET pklimit.flush_interval;
 SELECT pg_reload_conf();
 TRUNCATE platformkit_limits;

@@ -40,6 +40,9 @@ typedef struct PklimitEntry
 								 * transaction that applied it left it, to
 								 * read in after the commit */
 	bool		memory_fell_back;	/* counted as a fallback already */
+	bool		memory_missed;	/* counted as a miss already */
+	bool		memory_kept_out;	/* not to be read in (the admission rule
+									 * refused its key this round) */
 	PklimitRow	memory_row;
 } PklimitEntry;
 

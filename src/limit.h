@@ -39,18 +39,19 @@ typedef enum PklimitAnchor
  */
 typedef struct PklimitRow
 {
-	bool		exists;
 	int64		count;
 	TimestampTz window_start;
 	TimestampTz window_end;
 	TimestampTz updated_at;
 	TimestampTz blocked_until;	/* 0: no block */
-	PklimitAlgorithm algorithm; /* the table of 0.3.0; before, fixed */
 	int64		max_count;		/* the last call's */
-	bool		no_max_count;	/* max_count is NULL (none recorded since
-								 * 0.3.0): kept so when written back */
 	int64		previous_count; /* sliding: the count of the window before */
 	TimestampTz expires_at;		/* sliding: when its count stops weighing */
+	PklimitAlgorithm algorithm; /* the table of 0.3.0; before, fixed */
+	bool		exists;
+	bool		no_max_count;	/* max_count is NULL (none recorded since
+								 * 0.3.0): kept so when written back */
+	/* (the flags last: the memory path keeps many rows) */
 } PklimitRow;
 
 /* One call on a limit: its arguments. */

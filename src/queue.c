@@ -616,6 +616,7 @@ pklimit_queue_take(Oid dboid, int worker, PklimitEntry *entries, int max)
 		entries[j].request = slot->request;
 		entries[j].slot = taken[j];
 		entries[j].memory_fell_back = false;
+		entries[j].memory_missed = false;
 	}
 	LWLockRelease(pklimit_lock);
 	return n;

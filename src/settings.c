@@ -40,7 +40,7 @@ char	   *pklimit_databases = NULL;	/* with a static worker each */
 bool		pklimit_shadow_mode = false;
 bool		pklimit_asynchronous_commit = false;
 bool		pklimit_track_stats = true;
-int			pklimit_memory_keys = 10000;
+int			pklimit_memory_keys = 100000;
 int			pklimit_flush_interval = 1000;	/* milliseconds */
 
 /* Protects all of pklimit's shared memory; set by shmem_startup (pklimit.c). */
@@ -223,9 +223,9 @@ define_server_settings(void)
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("pklimit.memory_keys",
 							"Keys the memory path (durable => false) can hold in shared memory, across all databases.",
-							"About 480 bytes each; 0 turns the memory path off, and its calls are applied durably.",
+							"About 250 bytes each (a key of 40 bytes); 0 turns the memory path off, and its calls are applied durably.",
 							&pklimit_memory_keys,
-							10000, 0, INT_MAX / 1024,
+							100000, 0, INT_MAX / 1024,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 	DefineCustomStringVariable("pklimit.databases",

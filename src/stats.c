@@ -172,6 +172,15 @@ pklimit_stats_add(PklimitStat stat, uint64 n)
 		;						/* old now holds the value another wrote */
 }
 
+/* A counter of this database, as it is now. */
+uint64
+pklimit_stats_get(PklimitStat stat)
+{
+	if (!pklimit_preloaded())
+		return 0;
+	return pg_atomic_read_u64(&my_database_counters()->counters[stat]);
+}
+
 /* The counter of a call's answer, by the store's status. */
 static PklimitStat
 answer_counter(PklimitStatus status, bool allowed, bool shadow)

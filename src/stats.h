@@ -52,6 +52,13 @@ typedef enum PklimitStat
 	PKLIMIT_STAT_FLUSHES,		/* flushes committed that wrote rows
 								 * (memory/flush.c) */
 	PKLIMIT_STAT_ROWS_FLUSHED,	/* rows they wrote */
+	PKLIMIT_STAT_MEMORY_HITS,	/* memory calls that found every key in memory
+								 * (memory/keys.c) */
+	PKLIMIT_STAT_MEMORY_MISSES, /* memory calls that found one missing
+								 * (memory/batch.c) */
+	PKLIMIT_STAT_MEMORY_REFUSALS,	/* keys not read in, as the admission rule
+									 * kept the keys in memory
+									 * (memory/batch.c) */
 	PKLIMIT_STAT_COUNT
 } PklimitStat;
 
@@ -67,6 +74,7 @@ extern Size pklimit_stats_shmem_size(void);
 extern void pklimit_stats_shmem_init(void);
 extern void pklimit_stats_claim(void);
 extern void pklimit_stats_add(PklimitStat stat, uint64 n);
+extern uint64 pklimit_stats_get(PklimitStat stat);
 extern void pklimit_stats_call(PklimitStatus status, bool allowed, bool shadow,
 							   TimestampTz started);
 extern void pklimit_stats_forget_database(Oid dboid);

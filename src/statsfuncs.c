@@ -173,15 +173,22 @@ pklimit_stats(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* Columns of pklimit_memory_stats(). */
-#define MEMORY_STATS_COLUMNS 9
+/*
+ * Columns of pklimit_memory_stats(): 0.3.0's nine, then 0.4.0's hits,
+ * misses and admissions refused, which its function of 0.4.0 has.
+ */
+#define MEMORY_STATS_COLUMNS_0_3 9
+#define MEMORY_STATS_COLUMNS 12
 
 /*
  * pklimit_memory_stats(): the memory path's columns of pklimit_stats, per
  * database with counters in use (docs/memory.md): calls decided in memory,
  * keys read in, memory calls applied durably, keys given back, flushes and
  * the rows they wrote, the keys held now and the flush lag (NULL while
- * memory is closed or unused).
+ * memory is closed or unused); from 0.4.0 also the memory calls that found
+ * their keys in memory (hits) and those that did not (misses), and the
+ * keys the admission rule kept out.  A database still at 0.3.0 declares
+ * the first nine columns: its rows are formed of those alone.
  */
 PG_FUNCTION_INFO_V1(pklimit_memory_stats);
 Datum
@@ -207,11 +214,14 @@ pklimit_memory_stats(PG_FUNCTION_ARGS)
 
 		pklimit_memory_database_stats(counts[r].dboid, &held, &lag_ms);
 		values[i++] = ObjectIdGetDatum(counts[r].dboid);
-		for (int c = PKLIMIT_STAT_MEMORY_CALLS; c < PKLIMIT_STAT_COUNT; c++)
+		for (int c = PKLIMIT_STAT_MEMORY_CALLS; c <= PKLIMIT_STAT_ROWS_FLUSHED; c++)
 			values[i++] = counter_datum(counts[r].counters[c]);
 		values[i++] = Int64GetDatum(held);
 		nulls[i] = (lag_ms < 0);
 		values[i++] = Float8GetDatum(Max(lag_ms, 0));
+		Assert(i == MEMORY_STATS_COLUMNS_0_3);
+		for (int c = PKLIMIT_STAT_MEMORY_HITS; c < PKLIMIT_STAT_COUNT; c++)
+			values[i++] = counter_datum(counts[r].counters[c]);
 		Assert(i == MEMORY_STATS_COLUMNS);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}

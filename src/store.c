@@ -64,6 +64,7 @@ typedef enum StatementId
 	STMT_PURGE,
 	STMT_PURGE_BY_KEY,
 	STMT_FLUSH,
+	STMT_READ_MANY,
 	NUM_STATEMENTS
 } StatementId;
 
@@ -207,6 +208,14 @@ typedef enum StatementId
 	" updated_at = EXCLUDED.updated_at, blocked_until = EXCLUDED.blocked_until," \
 	" algorithm = EXCLUDED.algorithm, max_count = EXCLUDED.max_count," \
 	" previous_count = EXCLUDED.previous_count, expires_at = EXCLUDED.expires_at"
+/*
+ * The memory path's read-in (memory/readin.c): the rows of many keys as
+ * last committed, one statement over an array, on the table of 0.3.0 only
+ * (and never on Citus, as the flush); each row's key last.
+ */
+#define READ_MANY_SQL \
+	"SELECT " ROW_COLUMNS_3 ", l.key FROM %s.platformkit_limits l" \
+	" WHERE l.key OPERATOR(pg_catalog.=) ANY ($1)"
 #define FLUSH_ARGS {TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID, \
 	TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, \
 	TIMESTAMPTZARRAYOID}
@@ -257,6 +266,7 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL(ROW_END_3_E, ROW_END_3_L), 3,
 		PURGE_ARGS, false},
 		[STMT_FLUSH] = {FLUSH_SQL, 10, FLUSH_ARGS, false},
+		[STMT_READ_MANY] = {READ_MANY_SQL, 1, {TEXTARRAYOID}, false},
 	},
 };
 
@@ -361,43 +371,65 @@ run(const PklimitTable *table, StatementId id, Datum *values, const char *nulls)
 	return rc;
 }
 
-/* Column col of the single result row, or 0 for NULL. */
+/* Column col of result row r, or 0 for NULL. */
 static Datum
-get_col(int col)
+get_col(int r, int col)
 {
 	bool		isnull;
-	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc,
 								  col, &isnull);
 
 	return isnull ? (Datum) 0 : d;
 }
 
-/* The row the single result row of a hit or a read gives. */
+/* The row result row r of a hit or a read gives (its first 9 columns). */
 static void
-get_row(PklimitRow *row)
+get_row_at(int r, PklimitRow *row)
 {
 	bool		isnull;
-	Datum		algorithm = SPI_getbinval(SPI_tuptable->vals[0],
+	Datum		algorithm = SPI_getbinval(SPI_tuptable->vals[r],
 										  SPI_tuptable->tupdesc, 6, &isnull);
 	char	   *name = isnull ? pstrdup("") : TextDatumGetCString(algorithm);
 
 	row->exists = true;
-	row->count = DatumGetInt64(get_col(1));
-	row->window_start = DatumGetTimestampTz(get_col(2));
-	row->window_end = DatumGetTimestampTz(get_col(3));
-	row->updated_at = DatumGetTimestampTz(get_col(4));
-	row->blocked_until = DatumGetTimestampTz(get_col(5));
-	row->max_count = DatumGetInt64(get_col(7));
-	(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7,
+	row->count = DatumGetInt64(get_col(r, 1));
+	row->window_start = DatumGetTimestampTz(get_col(r, 2));
+	row->window_end = DatumGetTimestampTz(get_col(r, 3));
+	row->updated_at = DatumGetTimestampTz(get_col(r, 4));
+	row->blocked_until = DatumGetTimestampTz(get_col(r, 5));
+	row->max_count = DatumGetInt64(get_col(r, 7));
+	(void) SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 7,
 						 &row->no_max_count);
-	row->previous_count = DatumGetInt64(get_col(8));
-	row->expires_at = DatumGetTimestampTz(get_col(9));
+	row->previous_count = DatumGetInt64(get_col(r, 8));
+	row->expires_at = DatumGetTimestampTz(get_col(r, 9));
 	if (!pklimit_algorithm_of_name(name, &row->algorithm))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("pklimit row has unknown algorithm \"%s\"", name),
 				 errhint("Only pklimit writes platformkit_limits; delete the row with pklimit_forget(key).")));
 	pfree(name);
+}
+
+/* An array of n values of type, with their nulls, as a Datum. */
+static Datum
+array_datum(Datum *values, bool *nulls, int n, Oid type)
+{
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+
+	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
+	return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lbs, type,
+											  typlen, typbyval, typalign));
+}
+
+/* The row the single result row of a hit or a read gives. */
+static void
+get_row(PklimitRow *row)
+{
+	get_row_at(0, row);
 }
 
 /*
@@ -452,6 +484,44 @@ pklimit_store_read(const PklimitTable *table, const char *stored_key,
 }
 
 /*
+ * The rows of the n stored keys as last committed, into rows[] in their
+ * order (exists false for a key without one), in one statement, on the
+ * table of 0.3.0.
+ */
+void
+pklimit_store_read_many(const PklimitTable *table, const char *const *keys,
+						int n, PklimitRow *rows)
+{
+	Datum	   *elements = palloc(sizeof(Datum) * n);
+	bool	   *nulls = palloc0(sizeof(bool) * n);
+	Datum		values[1];
+	int			rc;
+
+	if (table->version < 3)
+		elog(ERROR, "pklimit: a read of many keys on the table of version %d",
+			 table->version);
+	for (int i = 0; i < n; i++)
+	{
+		elements[i] = CStringGetTextDatum(keys[i]);
+		memset(&rows[i], 0, sizeof(PklimitRow));
+	}
+	values[0] = array_datum(elements, nulls, n, TEXTOID);
+	rc = run(table, STMT_READ_MANY, values, NULL);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "pklimit: reading rows returned %d", rc);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		char	   *key = TextDatumGetCString(get_col(r, 10));
+
+		for (int i = 0; i < n; i++)
+			if (!rows[i].exists && strcmp(keys[i], key) == 0)
+				get_row_at(r, &rows[i]);
+		pfree(key);
+	}
+	SPI_freetuptable(SPI_tuptable);
+}
+
+/*
  * Write the row of stored_key as a call decided it, over the row it read
  * (existed) or as a new one.  A new row that another writer created since
  * the read is a serialization failure: the transaction is tried again, and
@@ -491,21 +561,6 @@ pklimit_store_write(const PklimitTable *table, const char *stored_key,
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("pklimit key row was created by another transaction meanwhile")));
-}
-
-/* An array of n values of type, with their nulls, as a Datum. */
-static Datum
-array_datum(Datum *values, bool *nulls, int n, Oid type)
-{
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-	int			dims[1] = {n};
-	int			lbs[1] = {1};
-
-	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
-	return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lbs, type,
-											  typlen, typbyval, typalign));
 }
 
 /*
@@ -599,7 +654,7 @@ pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff, int64 limit,
 			 NULL);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "pklimit: purge returned %d", rc);
-	deleted = DatumGetInt64(get_col(1));
+	deleted = DatumGetInt64(get_col(0, 1));
 	last = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
 						 &isnull);
 	if (!isnull)

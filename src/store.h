@@ -35,6 +35,9 @@ extern void pklimit_store_hit(const PklimitTable *table, const char *stored_key,
 							  int64 events, TimestampTz now, PklimitRow *row);
 extern bool pklimit_store_read(const PklimitTable *table, const char *stored_key,
 							   bool lock, PklimitRow *row);
+extern void pklimit_store_read_many(const PklimitTable *table,
+									const char *const *keys, int n,
+									PklimitRow *rows);
 extern void pklimit_store_write(const PklimitTable *table,
 								const char *stored_key, const PklimitRow *row,
 								bool existed);

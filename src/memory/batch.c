@@ -7,11 +7,14 @@
  *		whose keys are all in memory is decided there if it may be, and
  *		answered; the keys in memory of the others are written and taken out
  *		first (flush.c), so that no row is written while its key is in
- *		memory.  Inside the one transaction that applied the list, the
- *		memory calls' rows are read as it leaves them; after its commit,
- *		they are read into memory (inout.c).  The entries' state follows
- *		entry.c's rules; the memory path's fallbacks and reads are counted
- *		here, once each.
+ *		memory.  A memory call on one key that memory lacks has its key's
+ *		row read, with those of the others, in one statement that commits
+ *		nothing (readin.c), and its key read in, if the admission rule lets
+ *		it in, and is then decided in memory too.  Inside the one
+ *		transaction that applied the rest, the other memory calls' rows are
+ *		read as it leaves them; after its commit, they are read into memory
+ *		(inout.c).  The entries' state follows entry.c's rules; the memory
+ *		path's misses, fallbacks and reads are counted here, once each.
  *
  *-------------------------------------------------------------------------
  */
@@ -29,6 +32,16 @@ typedef struct Leaving
 	PklimitEntry **entries;		/* the entries of the same requests */
 	int			n;
 } Leaving;
+
+/*
+ * The memory calls of a list that found their one key missing from memory:
+ * their entries' indexes, in list order.
+ */
+typedef struct Missed
+{
+	int		   *entries;
+	int			n;
+} Missed;
 
 /* The group of entry i of the list (pklimit_foreach_in_group). */
 #define ENTRY_GROUP(i) (entries[(i)]->request.group)
@@ -58,6 +71,18 @@ count_fallback(PklimitEntry *head)
 	}
 }
 
+/* A memory call that found a key missing, counted once per call. */
+static void
+count_miss(PklimitEntry *head)
+{
+	if (head->request.call.memory && head->request.track_stats &&
+		!head->memory_missed)
+	{
+		pklimit_stats_add(PKLIMIT_STAT_MEMORY_MISSES, 1);
+		head->memory_missed = true;
+	}
+}
+
 /* Is one of the m requests on a key of one of the n? */
 static bool
 on_a_key_of(const PklimitRequest *requests, int m,
@@ -74,11 +99,12 @@ on_a_key_of(const PklimitRequest *requests, int m,
  * The call whose requests start at entries[first], of n, looked up in
  * memory: decided there and answered if it is a memory call or only reads
  * and may be; if some key of it is in memory (or is being taken out for a
- * call before it), its requests join leaving.  Returns how many requests
- * the call has.
+ * call before it), its requests join leaving; a memory call on one key
+ * that memory lacks joins missed.  Returns how many requests the call has.
  */
 static int
-look_up_call(PklimitEntry **entries, int first, int n, Leaving *leaving)
+look_up_call(PklimitEntry **entries, int first, int n, Leaving *leaving,
+			 Missed *missed)
 {
 	PklimitRequest requests[PKLIMIT_GROUP_MAX];
 	PklimitAnswer answers[PKLIMIT_GROUP_MAX];
@@ -100,7 +126,7 @@ look_up_call(PklimitEntry **entries, int first, int n, Leaving *leaving)
 		outcome = MEMORY_PRESENT;	/* behind a call taking it out */
 	else
 		outcome = pklimit_memory_find(requests, answers, m,
-									  requests[0].call.memory || reads);
+									  requests[0].call.memory || reads, false);
 	if (outcome == MEMORY_DECIDED)
 		for (int k = 0; k < m; k++)
 		{
@@ -115,6 +141,12 @@ look_up_call(PklimitEntry **entries, int first, int n, Leaving *leaving)
 			leaving->entries[leaving->n++] = entries[first + k];
 		}
 		count_fallback(entries[first]);
+	}
+	else if (requests[0].call.memory)
+	{
+		count_miss(entries[first]);
+		if (m == 1 && pklimit_memory_kind(requests[0].kind))
+			missed->entries[missed->n++] = first;
 	}
 	return m;
 }
@@ -165,20 +197,163 @@ take_out(PklimitMemoryPass *pass, Leaving *leaving)
 	}
 }
 
+/* Is entry e left to apply: not answered, not set aside? */
+static bool
+left_to_apply(const PklimitEntry *e)
+{
+	return e->state != ENTRY_ANSWERED && e->state != ENTRY_SET_ASIDE;
+}
+
+/*
+ * May missed call i (an index into entries) have its key read in now: is
+ * no other call of the list left to apply on its key?  (Those are applied
+ * to the row, which must then not be in memory; the calls after them on
+ * the key with them, in arrival order.)
+ */
+static bool
+alone_on_its_key(PklimitEntry **entries, int n, const Missed *missed, int i)
+{
+	for (int j = 0, m = 0; j < n; j++)
+	{
+		if (m < missed->n && missed->entries[m] == j)
+		{
+			m++;
+			continue;
+		}
+		if (left_to_apply(entries[j]) &&
+			pklimit_same_key(&entries[j]->request, &entries[i]->request))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The keys of the missed calls that may be read in now, each once, into
+ * keys[] (their first call's index); returns how many.  None while memory
+ * lags: a missed call then costs one durable call.
+ */
+static int
+keys_to_read(PklimitEntry **entries, int n, const Missed *missed, int *keys)
+{
+	int			nkeys = 0;
+
+	if (pklimit_memory_lagging())
+		return 0;
+	for (int m = 0; m < missed->n; m++)
+	{
+		int			i = missed->entries[m];
+		bool		known = false;
+
+		for (int k = 0; k < nkeys && !known; k++)
+			known = pklimit_same_key(&entries[keys[k]]->request,
+									 &entries[i]->request);
+		if (!known && alone_on_its_key(entries, n, missed, i))
+			keys[nkeys++] = i;
+	}
+	return nkeys;
+}
+
+/* The missed calls on the key of entries[i] are kept out of memory. */
+static void
+mark_kept_out(PklimitEntry **entries, const Missed *missed, int i)
+{
+	for (int m = 0; m < missed->n; m++)
+		if (pklimit_same_key(&entries[missed->entries[m]]->request,
+							 &entries[i]->request))
+			entries[missed->entries[m]]->memory_kept_out = true;
+}
+
+/*
+ * The missed calls' keys read in, as the admission rule lets them in, in
+ * one read of their rows that commits nothing, and the calls then decided
+ * in memory, in arrival order.  A call whose key stayed out is applied
+ * durably, and its key not read in after (kept_out); one whose key came in
+ * but that could not be decided (memory closed meanwhile) has its key
+ * taken out again before it is applied.
+ */
+static void
+read_missed(PklimitMemoryPass *pass, PklimitEntry **entries, int n,
+			const Missed *missed)
+{
+	int		   *keys = palloc(sizeof(int) * missed->n);
+	const char **stored = palloc(sizeof(char *) * missed->n);
+	PklimitRow *rows = palloc(sizeof(PklimitRow) * missed->n);
+	bool	   *in = palloc0(sizeof(bool) * missed->n);
+	int			nkeys = keys_to_read(entries, n, missed, keys);
+	int			nread = 0;
+	Oid			relid;
+	uint32		generation;
+	Leaving		leaving = {palloc(sizeof(PklimitRequest) * n),
+	palloc(sizeof(PklimitEntry *) * n), 0};
+
+	/* the keys the admission rule keeps out first: they are not even read */
+	for (int k = 0; k < nkeys; k++)
+	{
+		const PklimitRequest *r = &entries[keys[k]]->request;
+
+		if (pklimit_memory_admitted(r->key, r->nspid, r->track_stats))
+			keys[nread++] = keys[k];
+		else
+			mark_kept_out(entries, missed, keys[k]);
+	}
+	for (int k = 0; k < nread; k++)
+		stored[k] = entries[keys[k]]->request.key;
+	if (nread == 0 ||
+		!pklimit_memory_read_rows(pass->session, pass->context, stored, nread,
+								  rows, &relid, &generation))
+		return;
+	for (int k = 0; k < nread; k++)
+	{
+		const PklimitRequest *r = &entries[keys[k]]->request;
+
+		in[k] = pklimit_memory_read_in(r->key, r->nspid, relid, generation,
+									   &rows[k], true) > 0;
+		if (in[k] && r->track_stats)
+			pklimit_stats_add(PKLIMIT_STAT_MEMORY_READS, 1);
+	}
+	nkeys = nread;
+	for (int m = 0; m < missed->n; m++)
+	{
+		PklimitEntry *e = entries[missed->entries[m]];
+		int			k = 0;
+
+		while (k < nkeys && !pklimit_same_key(&entries[keys[k]]->request,
+											  &e->request))
+			k++;
+		if (k == nkeys)
+			continue;			/* not read: applied, then read in */
+		if (!in[k])
+			e->memory_kept_out = true;
+		else if (pklimit_memory_find(&e->request, &e->answer, 1, true, true) ==
+				 MEMORY_DECIDED)
+			e->state = ENTRY_ANSWERED;
+		else
+		{
+			leaving.requests[leaving.n] = e->request;
+			leaving.entries[leaving.n++] = e;
+		}
+	}
+	if (leaving.n > 0)
+		take_out(pass, &leaving);
+}
+
 /*
  * Before the n entries of a list are applied (every list: new requests
  * and set-aside ones tried again): a call whose keys are all in memory is
  * decided there if it is a memory call or only reads, and answered; the
  * keys in memory of the others are written and taken out of memory first,
  * so that they are applied to rows that hold every event (and so is every
- * call after them on those keys, in arrival order).  Returns how many
- * entries are left to apply, moved to the front.
+ * call after them on those keys, in arrival order).  Then the memory calls
+ * on one missing key have it read in, and are decided in memory, where
+ * they may be.  Returns how many entries are left to apply, moved to the
+ * front.
  */
 int
 pklimit_memory_pass_take(PklimitMemoryPass *pass, PklimitEntry **entries,
 						 int n)
 {
 	Leaving		leaving;
+	Missed		missed;
 	int			kept = 0;
 
 	if (pklimit_memory_keys == 0 || n == 0)
@@ -186,16 +361,22 @@ pklimit_memory_pass_take(PklimitMemoryPass *pass, PklimitEntry **entries,
 	leaving.requests = palloc(sizeof(PklimitRequest) * n);
 	leaving.entries = palloc(sizeof(PklimitEntry *) * n);
 	leaving.n = 0;
+	missed.entries = palloc(sizeof(int) * n);
+	missed.n = 0;
+	for (int j = 0; j < n; j++)
+		entries[j]->memory_kept_out = false;
 	for (int first = 0; first < n;)
-		first += look_up_call(entries, first, n, &leaving);
+		first += look_up_call(entries, first, n, &leaving, &missed);
 	if (leaving.n > 0)
 		take_out(pass, &leaving);
+	if (missed.n > 0)
+		read_missed(pass, entries, n, &missed);
 	for (int j = 0; j < n; j++)
-		if (entries[j]->state != ENTRY_ANSWERED &&
-			entries[j]->state != ENTRY_SET_ASIDE)
+		if (left_to_apply(entries[j]))
 			entries[kept++] = entries[j];
 	pfree(leaving.requests);
 	pfree(leaving.entries);
+	pfree(missed.entries);
 	return kept;
 }
 
@@ -220,7 +401,8 @@ pklimit_memory_pass_read_rows(PklimitMemoryPass *pass, PklimitEntry **entries,
 		PklimitEntry *e = entries[j];
 
 		e->memory_read = false;
-		if (!can || !e->request.call.memory || e->answer.status != PKLIMIT_OK)
+		if (!can || !e->request.call.memory || e->answer.status != PKLIMIT_OK ||
+			e->memory_kept_out)
 			continue;
 		for (int k = 0; k < j && !e->memory_read; k++)
 			if (entries[k]->memory_read &&
@@ -239,8 +421,9 @@ pklimit_memory_pass_read_rows(PklimitMemoryPass *pass, PklimitEntry **entries,
 }
 
 /*
- * After that commit: the memory calls' keys go into memory, as committed.
- * A memory call whose key could not be read in counts as a fallback.
+ * After that commit: the memory calls' keys go into memory, as committed,
+ * as the admission rule lets them in.  A memory call whose key could not be
+ * read in counts as a fallback.
  */
 void
 pklimit_memory_pass_read_in(PklimitMemoryPass *pass, PklimitEntry **entries,
@@ -254,9 +437,9 @@ pklimit_memory_pass_read_in(PklimitMemoryPass *pass, PklimitEntry **entries,
 		if (!e->request.call.memory || e->answer.status != PKLIMIT_OK)
 			continue;
 		read = e->memory_read ?
-			pklimit_memory_read_in(e->request.key, e->request.nspid,
-								   pass->relid, pass->generation,
-								   &e->memory_row) : -1;
+			pklimit_memory_admit(e->request.key, e->request.nspid,
+								 pass->relid, pass->generation,
+								 &e->memory_row, e->request.track_stats) : -1;
 		if (read > 0 && e->request.track_stats)
 			pklimit_stats_add(PKLIMIT_STAT_MEMORY_READS, 1);
 		else if (read < 0 &&

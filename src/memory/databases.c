@@ -17,6 +17,7 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "memory_private.h"
@@ -263,9 +264,12 @@ pklimit_memory_remove(int i)
 	DirectoryItem *item = &pklimit_memory_directory[i];
 	MemoryKey  *k = item->key;
 	int			d = k->db;
+	dsa_pointer bytes = k->tag.bytes.area;
 
 	(void) hash_search_with_hash_value(pklimit_memory_table, &k->tag,
 									   item->hashcode, HASH_REMOVE, NULL);
+	/* (the area's locks are taken after every lock of the memory path's) */
+	dsa_free(pklimit_memory_area(), bytes);
 	item->key = NULL;
 	item->dboid = InvalidOid;
 	pklimit_memory_free_items[pklimit_memory_shared->nfree++] = i;
@@ -298,7 +302,8 @@ may_give_back(const DirectoryItem *item, int d)
 typedef struct Candidate
 {
 	int			item;
-	uint64		last_used;
+	MemoryKey  *key;			/* the key it held, when it was last used: */
+	uint64		last_used;		/* a key used since is not a candidate */
 } Candidate;
 
 static int
@@ -311,19 +316,17 @@ compare_candidates(const void *a, const void *b)
 }
 
 /*
- * Give back keys, least recently used first, so database d may take one:
- * of its own, or of databases past their share.  Counts them, as the one
- * place keys are given back; returns how many.
+ * The keys database d may take the place of, least recently used first, at
+ * most max of them (5% of the table), into out[]: one pass over the
+ * directory.  Returns how many.
  */
-int
-pklimit_memory_give_back(int d)
+static int
+find_candidates(int d, Candidate *out, int max)
 {
-	Candidate  *candidates = palloc(sizeof(Candidate) * pklimit_memory_keys);
-	int			ncandidates = 0;
-	int			evict;
-	int			evicted = 0;
+	Candidate  *all = palloc(sizeof(Candidate) * pklimit_memory_keys);
+	int			n = 0;
 
-	LWLockAcquire(control_lock(), LW_EXCLUSIVE);
+	LWLockAcquire(control_lock(), LW_SHARED);
 	for (int i = 0; i < pklimit_memory_keys; i++)
 	{
 		DirectoryItem *item = &pklimit_memory_directory[i];
@@ -335,27 +338,108 @@ pklimit_memory_give_back(int d)
 		LWLockAcquire(lock, LW_SHARED);
 		if (may_give_back(item, d))
 		{
-			candidates[ncandidates].item = i;
-			candidates[ncandidates++].last_used = item->key->last_used;
+			all[n].item = i;
+			all[n].key = item->key;
+			all[n++].last_used = item->key->last_used;
 		}
 		LWLockRelease(lock);
 	}
-	qsort(candidates, ncandidates, sizeof(Candidate), compare_candidates);
-	evict = Min(ncandidates,
-				Max(1, pklimit_memory_keys * MEMORY_EVICT_PERCENT / 100));
-	for (int c = 0; c < evict; c++)
-	{
-		DirectoryItem *item = &pklimit_memory_directory[candidates[c].item];
-		LWLock	   *lock = partition_lock(item->hashcode);
+	LWLockRelease(control_lock());
+	qsort(all, n, sizeof(Candidate), compare_candidates);
+	n = Min(n, max);
+	memcpy(out, all, sizeof(Candidate) * n);
+	pfree(all);
+	return n;
+}
 
-		LWLockAcquire(lock, LW_EXCLUSIVE);
-		if (may_give_back(item, d))
-		{
-			pklimit_memory_remove(candidates[c].item);
-			evicted++;
-		}
-		LWLockRelease(lock);
+/*
+ * Give candidate c's key back for database d, if it is still the key found,
+ * unused since, and may still be given back.  Control lock held.
+ */
+static bool
+give_back_candidate(const Candidate *c, int d)
+{
+	DirectoryItem *item = &pklimit_memory_directory[c->item];
+	LWLock	   *lock = partition_lock(item->hashcode);
+	bool		given = false;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	if (item->key == c->key && c->key->last_used == c->last_used &&
+		may_give_back(item, d))
+	{
+		pklimit_memory_remove(c->item);
+		given = true;
 	}
+	LWLockRelease(lock);
+	return given;
+}
+
+/* Most candidates found by one pass: 5% of the table. */
+static int
+most_candidates(void)
+{
+	return Max(1, pklimit_memory_keys * MEMORY_EVICT_PERCENT / 100);
+}
+
+/*
+ * Give back one key so database d may take its place: of its own, or of a
+ * database past its share, least recently used first.  The worker's last
+ * pass found the least recently used keys (most_candidates of them); they
+ * are given back one at a time, as keys come in, skipping any used or
+ * changed since, and another pass is made once they are gone.  So no free
+ * place is left for a key the admission rule (readin.c) would keep out.
+ * Counts it, as one of the places keys are given back; returns 1, or 0 if
+ * none could be.
+ */
+int
+pklimit_memory_give_back(int d)
+{
+	static Candidate *queue = NULL;
+	static int	queued = 0;
+	static int	next = 0;
+	static int	queue_d = -1;
+
+	if (queue == NULL)
+		queue = MemoryContextAlloc(TopMemoryContext,
+								   sizeof(Candidate) * most_candidates());
+	for (int pass = 0; pass < 2; pass++)
+	{
+		if (next >= queued || queue_d != d)
+		{
+			if (pass > 0 && queue_d == d && queued == 0)
+				break;			/* nothing to give back */
+			queued = find_candidates(d, queue, most_candidates());
+			next = 0;
+			queue_d = d;
+		}
+		LWLockAcquire(control_lock(), LW_EXCLUSIVE);
+		while (next < queued)
+			if (give_back_candidate(&queue[next++], d))
+			{
+				LWLockRelease(control_lock());
+				pklimit_stats_add(PKLIMIT_STAT_MEMORY_EVICTIONS, 1);
+				return 1;
+			}
+		LWLockRelease(control_lock());
+	}
+	return 0;
+}
+
+/*
+ * Give back keys of database d at once, least recently used first (5% of
+ * the table at most), for the other databases' shares.  Counts them;
+ * returns how many.
+ */
+static int
+give_back_many(int d)
+{
+	Candidate  *candidates = palloc(sizeof(Candidate) * most_candidates());
+	int			n = find_candidates(d, candidates, most_candidates());
+	int			evicted = 0;
+
+	LWLockAcquire(control_lock(), LW_EXCLUSIVE);
+	for (int c = 0; c < n; c++)
+		evicted += give_back_candidate(&candidates[c], d) ? 1 : 0;
 	LWLockRelease(control_lock());
 	pfree(candidates);
 	pklimit_stats_add(PKLIMIT_STAT_MEMORY_EVICTIONS, evicted);
@@ -380,6 +464,27 @@ pklimit_memory_lagging(void)
 		return false;
 	through = pg_atomic_read_u64(&database_at(d)->flushed_through);
 	return through != 0 && !lag_within_bound(through, GetCurrentTimestamp());
+}
+
+/*
+ * May this database take a key in without the admission rule: is a free one
+ * there for it, or does it hold fewer than its share (and so may take the
+ * place of keys of databases past theirs)?
+ */
+bool
+pklimit_memory_room(void)
+{
+	int			d;
+	bool		room;
+
+	if (!memory_on())
+		return false;
+	LWLockAcquire(control_lock(), LW_SHARED);
+	d = pklimit_memory_database_index(MyDatabaseId);
+	room = d < 0 ? pklimit_memory_shared->nfree > 0 :
+		(database_at(d)->held < memory_share() || pklimit_memory_may_take(d));
+	LWLockRelease(control_lock());
+	return room;
 }
 
 /* Does this database hold keys? */
@@ -417,7 +522,7 @@ pklimit_memory_shed(void)
 						   pklimit_memory_shared->nfree, others_unused(d));
 	LWLockRelease(control_lock());
 	if (shed)
-		(void) pklimit_memory_give_back(d);
+		(void) give_back_many(d);
 }
 
 /*

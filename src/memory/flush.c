@@ -13,6 +13,8 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/memutils.h"
@@ -184,6 +186,60 @@ pklimit_memory_write_out(PklimitSession *session, MemoryContext memory_context,
 }
 
 /*
+ * The sizing check (docs/memory.md, "Sizing"): once SIZING_CALLS memory
+ * calls more have been made, if most of them missed their key, one LOG line
+ * naming pklimit.memory_keys, at most once in SIZING_LOG_MS.
+ */
+#define SIZING_CALLS 1000
+#define SIZING_LOG_MS (3600 * 1000)
+
+static void
+check_sizing(void)
+{
+	static uint64 hits_then = 0;
+	static uint64 misses_then = 0;
+	static TimestampTz logged = 0;
+	uint64		hits = pklimit_stats_get(PKLIMIT_STAT_MEMORY_HITS);
+	uint64		misses = pklimit_stats_get(PKLIMIT_STAT_MEMORY_MISSES);
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (hits < hits_then || misses < misses_then)
+	{
+		/* the counters were reset: count from here */
+		hits_then = hits;
+		misses_then = misses;
+		return;
+	}
+	if (hits - hits_then + misses - misses_then < SIZING_CALLS)
+		return;
+	if (misses - misses_then > hits - hits_then &&
+		(logged == 0 || now - logged >= (int64) SIZING_LOG_MS * 1000))
+	{
+		MemoryContext caller = CurrentMemoryContext;
+		char	   *datname;
+
+		/* (between the worker's transactions: one to read the name) */
+		StartTransactionCommand();
+		datname = get_database_name(MyDatabaseId);
+		datname = MemoryContextStrdup(caller, datname ? datname : "?");
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(caller);
+		ereport(LOG,
+				(errmsg("pklimit: " UINT64_FORMAT " of the last " UINT64_FORMAT " memory calls of database \"%s\" did not find their key in memory",
+						misses - misses_then,
+						hits - hits_then + misses - misses_then, datname),
+				 errdetail("pklimit.memory_keys is %d: %d keys for each of pklimit.max_workers (%d) databases.",
+						   pklimit_memory_keys,
+						   pklimit_memory_keys / pklimit_max_workers,
+						   pklimit_max_workers),
+				 errhint("Raise pklimit.memory_keys (at a server restart) to hold the keys in use; docs/memory.md, \"Sizing\", says how to size it.")));
+		logged = now;
+	}
+	hits_then = hits;
+	misses_then = misses;
+}
+
+/*
  * The flush: every changed key of this database written in one
  * transaction.  Once it committed, every change made before it started is
  * in the table, which opens memory for calls again (unless it is closing:
@@ -205,7 +261,10 @@ pklimit_flush(PklimitSession *session, MemoryContext memory_context)
 								  &written))
 		return -1;
 	if (!closing)
+	{
 		pklimit_memory_flushed_through(started);
+		check_sizing();
+	}
 	pklimit_memory_shed();
 	return written;
 }

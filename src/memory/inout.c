@@ -20,11 +20,13 @@
 #include "memory_private.h"
 
 /*
- * Key k (tag, hashcode) of database d put in a free directory item.  Control
- * lock and its partition lock held exclusively, and d may take one.
+ * Key k (tag, hashcode) of database d put in a free directory item, its
+ * tag's bytes those of area_tag (in the keys' area).  Control lock and its
+ * partition lock held exclusively, and d may take one.
  */
 static MemoryKey *
-new_key(const MemoryTag *tag, uint32 hashcode, int d)
+new_key(const MemoryTag *tag, const MemoryTag *area_tag, uint32 hashcode,
+		int d)
 {
 	bool		found;
 	MemoryKey  *k;
@@ -34,6 +36,7 @@ new_key(const MemoryTag *tag, uint32 hashcode, int d)
 									HASH_ENTER_NULL, &found);
 	if (k == NULL)
 		elog(ERROR, "pklimit: no element for a free memory directory item");
+	k->tag = *area_tag;
 	k->item = pklimit_memory_free_items[--pklimit_memory_shared->nfree];
 	k->db = d;
 	pklimit_memory_directory[k->item].key = k;
@@ -44,13 +47,15 @@ new_key(const MemoryTag *tag, uint32 hashcode, int d)
 }
 
 /*
- * One try at putting tag in memory with the state row: 1 if it was put in,
- * 0 if it was there already, -1 if no key could be had (then *d says for
- * which database to give keys back, or -1 if it has no index).
+ * One try at putting tag in memory with the state row: 1 if it was put in
+ * (a new key, with area_tag's bytes), 2 if it took the place of its key of
+ * a dropped extension, 0 if it was there already, -1 if no key could be had
+ * (then *d says for which database to give keys back, or -1 if it has no
+ * index).
  */
 static int
-try_read_in(const MemoryTag *tag, uint32 hashcode, Oid relid,
-			uint32 generation, const PklimitRow *row, int *d)
+try_read_in(const MemoryTag *tag, const MemoryTag *area_tag, uint32 hashcode,
+			Oid relid, uint32 generation, const PklimitRow *row, int *d)
 {
 	LWLock	   *lock = partition_lock(hashcode);
 	MemoryKey  *k;
@@ -71,16 +76,16 @@ try_read_in(const MemoryTag *tag, uint32 hashcode, Oid relid,
 								 * database's keys in */
 	else if (k != NULL || pklimit_memory_may_take(*d))
 	{
-		if (k == NULL)
-			k = new_key(tag, hashcode, *d);
 		/* new, or replacing in its item one of a dropped extension */
+		result = (k == NULL) ? 1 : 2;
+		if (k == NULL)
+			k = new_key(tag, area_tag, hashcode, *d);
 		k->generation = generation;
 		k->relid = relid;
 		k->leaving = false;
 		k->row = *row;
 		k->changes = k->written = 0;
 		k->last_used = used_now();
-		result = 1;
 	}
 	LWLockRelease(lock);
 	LWLockRelease(control_lock());
@@ -89,31 +94,45 @@ try_read_in(const MemoryTag *tag, uint32 hashcode, Oid relid,
 
 /*
  * Put stored key (of this database, schema nspid, table relid) in memory
- * with the state row, as committed by the worker under generation.  Returns
- * 1 if it was put in, 0 if it was there already, -1 if no key could be
- * had, even after giving keys back.
+ * with the state row, as committed by the worker under generation, into a
+ * free place or (give_back) one given back.  Returns 1 if it was put in, 0
+ * if it was there already, -1 if no place could be had.  Which key may take
+ * another's place is readin.c's to say.
  */
 int
 pklimit_memory_read_in(const char *stored_key, Oid nspid, Oid relid,
-					   uint32 generation, const PklimitRow *row)
+					   uint32 generation, const PklimitRow *row, bool give_back)
 {
 	MemoryTag	tag;
+	MemoryTag	area_tag;
 	uint32		hashcode;
 	int			d;
 	int			result;
 
 	if (!memory_on())
 		return -1;
-	memset(&tag, 0, sizeof(tag));
-	tag.dboid = MyDatabaseId;
-	tag.nspid = nspid;
-	strlcpy(tag.key, stored_key, sizeof(tag.key));
+	memory_tag_of(&tag, MyDatabaseId, nspid, stored_key);
 	hashcode = get_hash_value(pklimit_memory_table, &tag);
 
-	result = try_read_in(&tag, hashcode, relid, generation, row, &d);
-	if (result < 0 && d >= 0 && pklimit_memory_give_back(d) > 0)
-		result = try_read_in(&tag, hashcode, relid, generation, row, &d);
-	return result;
+	/* its bytes in the keys' area first: no lock is held while allocating */
+	area_tag = tag;
+	area_tag.in_area = true;
+	area_tag.bytes.area = dsa_allocate_extended(pklimit_memory_area(),
+												Max(tag.len, 1),
+												DSA_ALLOC_NO_OOM);
+	if (!DsaPointerIsValid(area_tag.bytes.area))
+		return -1;				/* the area is full: like no free key */
+	memcpy(dsa_get_address(pklimit_memory_area(), area_tag.bytes.area),
+		   stored_key, tag.len);
+
+	result = try_read_in(&tag, &area_tag, hashcode, relid, generation, row,
+						 &d);
+	if (result < 0 && give_back && d >= 0 && pklimit_memory_give_back(d) > 0)
+		result = try_read_in(&tag, &area_tag, hashcode, relid, generation,
+							 row, &d);
+	if (result != 1)
+		dsa_free(pklimit_memory_area(), area_tag.bytes.area);	/* unused */
+	return result > 0 ? 1 : result;
 }
 
 /* Copy key k of item into *c, to be written or not. */
@@ -122,7 +141,8 @@ copy_key(MemoryCopy *c, int item, MemoryKey *k, bool write)
 {
 	c->item = item;
 	c->key = k;
-	strlcpy(c->stored_key, k->tag.key, sizeof(c->stored_key));
+	memcpy(c->stored_key, memory_tag_bytes(&k->tag), k->tag.len);
+	c->stored_key[k->tag.len] = '\0';
 	c->row = k->row;
 	c->changes = k->changes;
 	c->write = write;

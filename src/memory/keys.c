@@ -16,7 +16,9 @@
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
 #include "storage/shmem.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "memory_private.h"
@@ -27,11 +29,15 @@ HTAB	   *pklimit_memory_table = NULL;
 DirectoryItem *pklimit_memory_directory = NULL;
 int		   *pklimit_memory_free_items = NULL;
 
+/* The keys' area, attached in this process. */
+static dsa_area *key_area = NULL;
+
 static uint32
 memory_tag_hash(const void *key, Size keysize)
 {
 	const MemoryTag *t = key;
-	uint32		h = hash_bytes((const unsigned char *) t->key, strlen(t->key));
+	uint32		h = hash_bytes((const unsigned char *) memory_tag_bytes(t),
+							   t->len);
 
 	h = hash_combine(h, hash_bytes_uint32(t->dboid));
 	return hash_combine(h, hash_bytes_uint32(t->nspid));
@@ -43,9 +49,48 @@ memory_tag_match(const void *a, const void *b, Size keysize)
 	const MemoryTag *x = a;
 	const MemoryTag *y = b;
 
-	if (x->dboid != y->dboid || x->nspid != y->nspid)
+	if (x->dboid != y->dboid || x->nspid != y->nspid || x->len != y->len)
 		return 1;
-	return strcmp(x->key, y->key);
+	return memcmp(memory_tag_bytes(x), memory_tag_bytes(y), x->len);
+}
+
+/*
+ * The keys' area's size: MEMORY_KEY_AREA_BYTES a key, and its own needs: a
+ * DSA area hands out each size of its objects from blocks of 64 kB of its
+ * own (DSA_SUPERBLOCK_SIZE, private to dsa.c), and a stored key has one of
+ * 17 sizes (8 to 256 bytes, and the area's bookkeeping), each of which may
+ * hold a block only partly used.
+ */
+#define KEY_AREA_BLOCK (64 * 1024)
+#define KEY_AREA_SIZES 17
+
+static Size
+key_area_size(void)
+{
+	return add_size(add_size(mul_size(pklimit_memory_keys, MEMORY_KEY_AREA_BYTES),
+							 mul_size(KEY_AREA_SIZES, KEY_AREA_BLOCK)),
+					dsa_minimum_size());
+}
+
+/*
+ * The keys' area, attached in this process on first use (the postmaster
+ * created it, as part of shared memory) and released at its exit.
+ */
+dsa_area *
+pklimit_memory_area(void)
+{
+	if (key_area == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		LWLockRegisterTranche(pklimit_memory_shared->area_tranche,
+							  "pklimit_memory_keys");
+		key_area = dsa_attach_in_place(pklimit_memory_shared->area_place, NULL);
+		on_shmem_exit(dsa_on_shmem_exit_release_in_place,
+					  PointerGetDatum(pklimit_memory_shared->area_place));
+		MemoryContextSwitchTo(old);
+	}
+	return key_area;
 }
 
 Size
@@ -58,7 +103,8 @@ pklimit_memory_shmem_size(void)
 	size = add_size(size, hash_estimate_size(pklimit_memory_keys,
 											 sizeof(MemoryKey)));
 	size = add_size(size, mul_size(pklimit_memory_keys, sizeof(DirectoryItem)));
-	return add_size(size, mul_size(pklimit_memory_keys, sizeof(int)));
+	size = add_size(size, mul_size(pklimit_memory_keys, sizeof(int)));
+	return add_size(size, key_area_size());
 }
 
 void
@@ -128,6 +174,23 @@ pklimit_memory_shmem_init(void)
 			pklimit_memory_free_items[i] = pklimit_memory_keys - 1 - i;
 		pklimit_memory_shared->nfree = pklimit_memory_keys;
 	}
+	pklimit_memory_shared->area_place =
+		ShmemInitStruct("pklimit memory key area", key_area_size(), &found);
+	if (!found)
+	{
+		dsa_area   *area;
+
+		/*
+		 * The area is created here, once, in a place of the main shared
+		 * memory, never to grow into segments of its own; each process
+		 * attaches to it (pklimit_memory_area), this one too.
+		 */
+		pklimit_memory_shared->area_tranche = LWLockNewTrancheId();
+		area = dsa_create_in_place(pklimit_memory_shared->area_place,
+								   key_area_size(),
+								   pklimit_memory_shared->area_tranche, NULL);
+		dsa_set_size_limit(area, key_area_size());
+	}
 }
 
 /*
@@ -156,9 +219,8 @@ pklimit_memory_lookup(const PklimitRequest *requests, int n, MemoryLookup *l)
 
 	for (int i = 0; i < n; i++)
 	{
-		l->tags[i].dboid = requests[i].dboid;
-		l->tags[i].nspid = requests[i].nspid;
-		strlcpy(l->tags[i].key, requests[i].key, sizeof(l->tags[i].key));
+		memory_tag_of(&l->tags[i], requests[i].dboid, requests[i].nspid,
+					  requests[i].key);
 		l->hashcodes[i] = get_hash_value(pklimit_memory_table, &l->tags[i]);
 		parts[i] = l->hashcodes[i] % MEMORY_PARTITIONS;
 	}
@@ -184,15 +246,6 @@ pklimit_memory_unlock(const MemoryLookup *l)
 		LWLockRelease(&pklimit_memory_shared->partition_locks[l->partitions[p]].lock);
 }
 
-/* Can this kind of request be decided in memory at all? */
-static bool
-memory_kind(PklimitOpKind kind)
-{
-	return kind == PKLIMIT_OP_HIT || kind == PKLIMIT_OP_LIMIT ||
-		kind == PKLIMIT_OP_PEEK || kind == PKLIMIT_OP_COUNT ||
-		kind == PKLIMIT_OP_DECREMENT;
-}
-
 /* Request r (of no group) decided on key k at now. */
 static void
 decide_one(const PklimitRequest *r, MemoryKey *k, TimestampTz now,
@@ -215,7 +268,7 @@ decide_one(const PklimitRequest *r, MemoryKey *k, TimestampTz now,
 			pklimit_decide_decrement(&k->row, r->call.cost, now, result);
 			break;
 		default:
-			/* memory_kind() let no other kind in */
+			/* pklimit_memory_kind() let no other kind in */
 			break;
 	}
 }
@@ -265,13 +318,14 @@ decide_keys(const PklimitRequest *requests, PklimitAnswer *answers, int n,
 
 /*
  * A call decided in memory, counted as its caller's pklimit.track_stats
- * says: the events it recorded, and a memory call.  Here only, whoever
- * decided it (the calling backend or the worker); after the partition
- * locks are released, as counting may take pklimit_lock.
+ * says: the events it recorded, and a memory call, a hit unless its key
+ * was just read in for it (a miss, counted by batch.c).  Here only,
+ * whoever decided it (the calling backend or the worker); after the
+ * partition locks are released, as counting may take pklimit_lock.
  */
 static void
 count_decided(const PklimitRequest *requests, const PklimitAnswer *answers,
-			  int n)
+			  int n, bool read_in)
 {
 	uint64		events = 0;
 
@@ -286,19 +340,24 @@ count_decided(const PklimitRequest *requests, const PklimitAnswer *answers,
 	}
 	pklimit_stats_add(PKLIMIT_STAT_EVENTS, events);
 	if (requests[0].call.memory)
+	{
 		pklimit_stats_add(PKLIMIT_STAT_MEMORY_CALLS, 1);
+		if (!read_in)
+			pklimit_stats_add(PKLIMIT_STAT_MEMORY_HITS, 1);
+	}
 }
 
 /*
  * The requests of one call (one key, or the keys of one group) looked up,
  * and decided if decide and every key is in memory, current and not on its
  * way out, and (for a call that changes a state) flushed enough.  Returns
- * MEMORY_DECIDED with the answers set (and counted), MEMORY_PRESENT if some
- * key is there but the call was not decided, MEMORY_ABSENT if none is.
+ * MEMORY_DECIDED with the answers set (and counted: read_in, its key was
+ * just read in for it), MEMORY_PRESENT if some key is there but the call
+ * was not decided, MEMORY_ABSENT if none is.
  */
 MemoryOutcome
 pklimit_memory_find(const PklimitRequest *requests, PklimitAnswer *answers,
-					int n, bool decide)
+					int n, bool decide, bool read_in)
 {
 	MemoryLookup l;
 	bool		all = true;
@@ -310,7 +369,7 @@ pklimit_memory_find(const PklimitRequest *requests, PklimitAnswer *answers,
 		return MEMORY_ABSENT;
 	for (int i = 0; i < n; i++)
 	{
-		if (!memory_kind(requests[i].kind))
+		if (!pklimit_memory_kind(requests[i].kind))
 			decide = false;
 		changes |= (requests[i].kind != PKLIMIT_OP_COUNT &&
 					requests[i].kind != PKLIMIT_OP_PEEK);
@@ -347,7 +406,7 @@ pklimit_memory_find(const PklimitRequest *requests, PklimitAnswer *answers,
 	}
 	pklimit_memory_unlock(&l);
 	if (outcome == MEMORY_DECIDED)
-		count_decided(requests, answers, n);
+		count_decided(requests, answers, n, read_in);
 	return outcome;
 }
 
@@ -360,5 +419,6 @@ bool
 pklimit_memory_decide(const PklimitRequest *requests, PklimitAnswer *answers,
 					  int n)
 {
-	return pklimit_memory_find(requests, answers, n, true) == MEMORY_DECIDED;
+	return pklimit_memory_find(requests, answers, n, true, false) ==
+		MEMORY_DECIDED;
 }

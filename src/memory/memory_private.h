@@ -5,8 +5,9 @@
  *		of src/memory/ only: keys.c (the table and a caller's decision),
  *		databases.c (each database's keys: share, lifecycle, eviction),
  *		inout.c (keys as the worker reads them in, collects them for a write
- *		and takes them out), flush.c (the flush) and batch.c (the batch's
- *		seam).  The rest of pklimit sees memory.h.
+ *		and takes them out), readin.c (which keys come in, and the read of
+ *		missed keys), flush.c (the flush) and batch.c (the batch's seam).
+ *		The rest of pklimit sees memory.h.
  *
  * Locking: the table is split into MEMORY_PARTITIONS partitions by the hash
  * of the key, each with an LWLock (tranche pklimit_memory) that protects
@@ -28,6 +29,7 @@
 
 #include "port/atomics.h"
 #include "storage/lwlock.h"
+#include "utils/dsa.h"
 #include "utils/hsearch.h"
 
 #include "memory.h"
@@ -39,28 +41,51 @@
 /* Databases that can hold keys at once. */
 #define MEMORY_DATABASES 64
 
-/* What names a key in memory: its database, its schema, its stored key. */
+/*
+ * Bytes of the keys' area per key in memory, on average.  A key's bytes
+ * take the smallest of the area's sizes that holds them (8, 16, 24, ...,
+ * 64, 80, 96, ...): a key of 40 bytes takes 40.
+ */
+#define MEMORY_KEY_AREA_BYTES 64
+
+/*
+ * What names a key in memory: its database, its schema and its stored
+ * key's bytes (without a terminating NUL).  A key's bytes are kept in the
+ * keys' area (a DSA area in pklimit's shared memory, keys.c), so that a key
+ * takes its length and not the longest a stored key can have; a tag that
+ * only looks a key up points at its caller's bytes instead.
+ */
 typedef struct MemoryTag
 {
 	Oid			dboid;
 	Oid			nspid;
-	char		key[PKLIMIT_MAX_READABLE_KEY + 1];
+	uint16		len;
+	bool		in_area;		/* bytes.area; false: bytes.caller */
+	union
+	{
+		const char *caller;
+		dsa_pointer area;
+	}			bytes;
 } MemoryTag;
 
-/* One key's state in memory.  Protected by its partition's lock. */
+/*
+ * One key's state in memory.  Protected by its partition's lock.  (The
+ * fields by size: a server keeps many.)
+ */
 typedef struct MemoryKey
 {
 	MemoryTag	tag;			/* the hash key: first */
-	int			item;			/* its directory item */
-	int			db;				/* its database in databases[] */
+	PklimitRow	row;			/* the key's state */
+	uint64		last_used;		/* the use clock when last used */
+	uint32		changes;		/* changes made to it since read in (only
+								 * compared with written for equality) */
+	uint32		written;		/* of them, in a committed flush */
 	uint32		generation;		/* of its database when read in */
 	Oid			relid;			/* the table it was read from */
+	int			item;			/* its directory item */
+	int16		db;				/* its database in databases[] */
 	bool		leaving;		/* the worker takes it out: calls on it take
 								 * the durable path */
-	PklimitRow	row;			/* the key's state */
-	uint64		changes;		/* changes made to it since read in */
-	uint64		written;		/* of them, in a committed flush */
-	uint64		last_used;		/* the use clock when last used */
 } MemoryKey;
 
 /*
@@ -97,6 +122,8 @@ typedef struct MemoryShared
 	pg_atomic_uint64 use_clock; /* ticks once per use of a key: the order of
 								 * uses, which no two share (the wall clock's
 								 * microseconds can, and can step back) */
+	int			area_tranche;	/* the keys' area's locks */
+	void	   *area_place;		/* where the keys' area is */
 	MemoryDatabase databases[MEMORY_DATABASES];
 } MemoryShared;
 
@@ -165,6 +192,37 @@ lag_within_bound(uint64 through, TimestampTz now)
 		(TimestampTz) through - now <= bound;
 }
 
+/* Can this kind of request be decided in memory at all? */
+static inline bool
+pklimit_memory_kind(PklimitOpKind kind)
+{
+	return kind == PKLIMIT_OP_HIT || kind == PKLIMIT_OP_LIMIT ||
+		kind == PKLIMIT_OP_PEEK || kind == PKLIMIT_OP_COUNT ||
+		kind == PKLIMIT_OP_DECREMENT;
+}
+
+/* keys.c: the keys' area, attached in this process, and a tag's bytes */
+extern dsa_area *pklimit_memory_area(void);
+
+static inline const char *
+memory_tag_bytes(const MemoryTag *t)
+{
+	return t->in_area ?
+		(const char *) dsa_get_address(pklimit_memory_area(), t->bytes.area) :
+		t->bytes.caller;
+}
+
+/* A tag that looks stored_key up: its bytes are the caller's. */
+static inline void
+memory_tag_of(MemoryTag *t, Oid dboid, Oid nspid, const char *stored_key)
+{
+	t->dboid = dboid;
+	t->nspid = nspid;
+	t->len = (uint16) strlen(stored_key);
+	t->in_area = false;
+	t->bytes.caller = stored_key;
+}
+
 /* The keys of n requests, their hash codes, and the partitions to lock. */
 typedef struct MemoryLookup
 {
@@ -201,7 +259,7 @@ extern void pklimit_memory_lock(const MemoryLookup *l, LWLockMode mode);
 extern void pklimit_memory_unlock(const MemoryLookup *l);
 extern MemoryOutcome pklimit_memory_find(const PklimitRequest *requests,
 										 PklimitAnswer *answers, int n,
-										 bool decide);
+										 bool decide, bool read_in);
 
 /* databases.c */
 extern int	pklimit_memory_database_index(Oid dboid);
@@ -213,17 +271,30 @@ extern void pklimit_memory_remove(int item);
 extern void pklimit_memory_flushed_through(TimestampTz through);
 extern uint32 pklimit_memory_generation(void);
 extern bool pklimit_memory_held(void);
+extern bool pklimit_memory_room(void);
 extern bool pklimit_memory_lagging(void);
 extern void pklimit_memory_shed(void);
 
 /* inout.c */
 extern int	pklimit_memory_read_in(const char *stored_key, Oid nspid,
 								   Oid relid, uint32 generation,
-								   const PklimitRow *row);
+								   const PklimitRow *row, bool give_back);
 extern int	pklimit_memory_collect(MemoryCopy **copies, Oid relid,
 								   const PklimitRequest *requests, int n);
 extern void pklimit_memory_written(const MemoryCopy *copies, int n);
 extern void pklimit_memory_leave(const MemoryCopy *copies, int n, bool stay);
+
+/* readin.c */
+extern bool pklimit_memory_admitted(const char *stored_key, Oid nspid,
+									bool track_stats);
+extern int	pklimit_memory_admit(const char *stored_key, Oid nspid, Oid relid,
+								 uint32 generation, const PklimitRow *row,
+								 bool track_stats);
+extern bool pklimit_memory_read_rows(PklimitSession *session,
+									 MemoryContext memory_context,
+									 const char *const *keys, int n,
+									 PklimitRow *rows, Oid *relid,
+									 uint32 *generation);
 
 /* flush.c */
 extern bool pklimit_memory_write_out(PklimitSession *session,

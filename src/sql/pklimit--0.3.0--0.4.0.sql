@@ -10,8 +10,12 @@
 -- the event that finds none open.  pklimit_allow, pklimit_check,
 -- pklimit_check_all and pklimit_allow_all take it as their last parameter,
 -- so they are replaced (their C functions read it when it is there, and
--- serve databases still at 0.3.0 too).
+-- serve databases still at 0.3.0 too).  pklimit_memory_stats() gains the
+-- memory table's hits, misses and admissions refused (docs/memory.md,
+-- "Sizing"), as columns at its end, so it is replaced too; the view
+-- pklimit_stats keeps its columns.
 SELECT pg_catalog.set_config('pklimit_update.replaced',
+		'@extschema@.pklimit_memory_stats();'
 		'@extschema@.pklimit_allow(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool);'
 		'@extschema@.pklimit_check(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool);'
 		'@extschema@.pklimit_check_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool);'
@@ -21,6 +25,28 @@ SELECT pg_catalog.set_config('pklimit_update.replaced',
 
 --@include replace_begin.sql
 
+-- The view pklimit_stats reads pklimit_memory_stats(): it reads a stand-in
+-- while the function is replaced, so that it, its grants and the objects of
+-- users that depend on it stay.
+CREATE FUNCTION @extschema@.pklimit_memory_stats_0_4(
+	OUT dbid pg_catalog.oid, OUT memory_calls pg_catalog.int8,
+	OUT memory_reads pg_catalog.int8, OUT memory_fallbacks pg_catalog.int8,
+	OUT memory_evictions pg_catalog.int8, OUT flushes pg_catalog.int8,
+	OUT rows_flushed pg_catalog.int8, OUT memory_keys pg_catalog.int8,
+	OUT flush_lag_ms pg_catalog.float8)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pklimit_memory_stats'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE OR REPLACE VIEW @extschema@.pklimit_stats AS
+	SELECT s.*, m.memory_calls, m.memory_reads, m.memory_fallbacks,
+		   m.memory_evictions, m.flushes, m.rows_flushed, m.memory_keys,
+		   m.flush_lag_ms
+	  FROM @extschema@.pklimit_stats() s
+	  LEFT JOIN @extschema@.pklimit_memory_stats_0_4() m
+		ON m.dbid OPERATOR(pg_catalog.=) s.dbid;
+
+DROP FUNCTION @extschema@.pklimit_memory_stats();
 DROP FUNCTION @extschema@.pklimit_allow(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool);
 DROP FUNCTION @extschema@.pklimit_check(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool);
 DROP FUNCTION @extschema@.pklimit_check_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool);
@@ -79,6 +105,30 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool, pg_catalog.text) IS
 'Several limits in one call, as pklimit_check_all: true iff every limit allows.';
+
+CREATE FUNCTION @extschema@.pklimit_memory_stats(
+	OUT dbid pg_catalog.oid, OUT memory_calls pg_catalog.int8,
+	OUT memory_reads pg_catalog.int8, OUT memory_fallbacks pg_catalog.int8,
+	OUT memory_evictions pg_catalog.int8, OUT flushes pg_catalog.int8,
+	OUT rows_flushed pg_catalog.int8, OUT memory_keys pg_catalog.int8,
+	OUT flush_lag_ms pg_catalog.float8, OUT hits pg_catalog.int8,
+	OUT misses pg_catalog.int8, OUT admissions_refused pg_catalog.int8)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pklimit_memory_stats'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pklimit_memory_stats() IS
+'Per database, the memory path''s part of pklimit_stats: calls decided in memory, keys read into memory, memory calls applied durably instead (fallbacks), keys given back, flushes and the rows they wrote, the keys held in memory now, the flush lag in milliseconds (NULL while memory is closed or unused); then the memory calls that found their keys in memory (hits) and those that did not (misses), and the keys the admission rule kept out of a full memory (admissions_refused).';
+
+CREATE OR REPLACE VIEW @extschema@.pklimit_stats AS
+	SELECT s.*, m.memory_calls, m.memory_reads, m.memory_fallbacks,
+		   m.memory_evictions, m.flushes, m.rows_flushed, m.memory_keys,
+		   m.flush_lag_ms
+	  FROM @extschema@.pklimit_stats() s
+	  LEFT JOIN @extschema@.pklimit_memory_stats() m
+		ON m.dbid OPERATOR(pg_catalog.=) s.dbid;
+
+DROP FUNCTION @extschema@.pklimit_memory_stats_0_4();
 
 --@include replace_end.sql
 

@@ -18,25 +18,38 @@ BEGIN
 	  INTO replaced
 	  FROM pg_catalog.regexp_split_to_table(
 			pg_catalog.current_setting('pklimit_update.replaced'), '[[:space:]]*;[[:space:]]*') s;
-	-- a view by its name, not by its rule's
-	SELECT pg_catalog.string_agg(DISTINCT COALESCE(
-			(SELECT pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass,
-						r.ev_class, 0)
-			   FROM pg_catalog.pg_rewrite r
-			  WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
-				AND r.oid OPERATOR(pg_catalog.=) d.objid
-				AND r.rulename OPERATOR(pg_catalog.=) '_RETURN'),
-			pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)), ', ')
+	-- a view by its name, not by its rule's; pklimit's own view (which the
+	-- update replaces in place) is not a user's
+	WITH dependent AS (
+		SELECT COALESCE(r.ev_class, d.objid) AS objid,
+			   CASE WHEN r.oid IS NULL THEN d.classid
+			   ELSE 'pg_catalog.pg_class'::pg_catalog.regclass END AS classid,
+			   CASE WHEN r.oid IS NULL THEN d.objsubid ELSE 0 END AS objsubid
+		  FROM pg_catalog.pg_depend d
+		  LEFT JOIN pg_catalog.pg_rewrite r
+			ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+		   AND r.oid OPERATOR(pg_catalog.=) d.objid
+		   AND r.rulename OPERATOR(pg_catalog.=) '_RETURN'
+		 WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+		   AND d.deptype OPERATOR(pg_catalog.=) 'n'
+		   AND d.refobjid OPERATOR(pg_catalog.=) ANY (replaced))
+	SELECT pg_catalog.string_agg(DISTINCT
+			pg_catalog.pg_describe_object(o.classid, o.objid, o.objsubid), ', ')
 	  INTO dependents
-	  FROM pg_catalog.pg_depend d
-	 WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-	   AND d.deptype OPERATOR(pg_catalog.=) 'n'
-	   AND d.refobjid OPERATOR(pg_catalog.=) ANY (replaced);
+	  FROM dependent o
+	 WHERE NOT EXISTS (
+		SELECT FROM pg_catalog.pg_depend e
+		 WHERE e.classid OPERATOR(pg_catalog.=) o.classid
+		   AND e.objid OPERATOR(pg_catalog.=) o.objid
+		   AND e.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+		   AND e.refobjid OPERATOR(pg_catalog.=) (SELECT x.oid FROM pg_catalog.pg_extension x
+				WHERE x.extname OPERATOR(pg_catalog.=) 'pklimit')
+		   AND e.deptype OPERATOR(pg_catalog.=) 'e');
 	IF dependents IS NOT NULL THEN
 		RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',
 			MESSAGE = pg_catalog.format('cannot update pklimit while objects depend on functions it replaces: %s',
 				dependents),
-			DETAIL = pg_catalog.format('The update drops and creates again %s, with new arguments.',
+			DETAIL = pg_catalog.format('The update drops and creates again %s.',
 				(SELECT pg_catalog.string_agg(DISTINCT p.proname::pg_catalog.text, ', ')
 				   FROM pg_catalog.pg_proc p
 				  WHERE p.oid OPERATOR(pg_catalog.=) ANY (replaced))),

@@ -9,7 +9,11 @@
 #   1. the postmaster killed with SIGKILL (its children see it die);
 #   2. the worker killed with SIGKILL (the postmaster's crash restart
 #      starts shared memory again, as after the OOM killer);
-#   3. the postmaster and every child killed with SIGKILL at once (power).
+#   3. the postmaster and every child killed with SIGKILL at once (power);
+#   4. the worker killed with SIGKILL while memory thrashes: with
+#      pklimit.memory_keys = 4 for the 6 memory keys, keys are read in,
+#      refused admission and given back all along (docs/memory.md,
+#      "Admission").
 #
 # pgbench's per-transaction log holds each acknowledged call and when its
 # answer came, by the client's clock.  With pklimit.on_unavailable = error a
@@ -55,9 +59,14 @@ sub gone
 }
 
 # PKLIMIT_SHORT (test/run.sh, on the versions in chroots): round 2 only
-for my $round ($ENV{PKLIMIT_SHORT} ? (2) : (1 .. 3))
+for my $round ($ENV{PKLIMIT_SHORT} ? (2) : (1 .. 4))
 {
-	my $kind = (undef, 'postmaster', 'worker', 'everything')[$round];
+	my $kind = (undef, 'postmaster', 'worker', 'everything', 'worker')[$round];
+	if ($round == 4)
+	{
+		$node->append_conf('postgresql.conf', "pklimit.memory_keys = 4\n");
+		$node->restart;
+	}
 	my $log = "$base/round$round";
 	my %script = (mem => "SELECT pklimit_allow('r$round-m' || :client_id, 1000000000, '36500 days', durable => false);\n",
 		dur => "SELECT pklimit_allow('r$round-d' || :client_id, 1000000000, '36500 days');\n");
@@ -75,9 +84,13 @@ for my $round ($ENV{PKLIMIT_SHORT} ? (2) : (1 .. 3))
 			'postgres' ],
 		'>', \$out, '2>', \$err);
 	ok($node->poll_query_until('postgres',
-		"SELECT memory_calls >= 3000 AND flushes >= 20 AND events - memory_calls >= 100"
+		$round == 4
+		? "SELECT memory_calls >= 1000 AND flushes >= 20 AND memory_evictions >= 20"
+		  . " FROM pklimit_stats WHERE datname = 'postgres'"
+		: "SELECT memory_calls >= 3000 AND flushes >= 20 AND events - memory_calls >= 100"
 		  . " FROM pklimit_stats WHERE datname = 'postgres'"),
-		"round $round: the load runs, calls decided in memory and flushed");
+		"round $round: the load runs, calls decided in memory and flushed"
+		  . ($round == 4 ? ', keys given back' : ''));
 
 	my $pids = sql('SELECT string_agg(pid::text, \' \') FROM pg_stat_activity WHERE pid <> pg_backend_pid()');
 	my @children = split / /, $pids;
@@ -96,7 +109,7 @@ for my $round ($ENV{PKLIMIT_SHORT} ? (2) : (1 .. 3))
 	like($err, qr/aborted|server closed|terminat/, "round $round: the $kind crash ended the clients' sessions");
 	if ($kind eq 'worker')
 	{
-		ok($node->poll_query_until('postgres', 'SELECT true'), 'round 2: the crash restart brings service back');
+		ok($node->poll_query_until('postgres', 'SELECT true'), "round $round: the crash restart brings service back");
 	}
 	else
 	{

@@ -4,9 +4,10 @@
 # memory and fairness"), pklimit.memory_keys = 50 and pklimit.max_workers
 # = 2, so each database keeps a share of 25:
 #
-#   1. one database alone fills the table, and keeps it; a key read in
-#      when it is full takes the entries of the least recently used
-#      written keys (5% of the table, 2, at a time), and no other; in the
+#   1. one database alone fills the table, and keeps it; a key that finds
+#      it full comes in only when missed a second time (admission: the
+#      first time its call takes the durable path), and then takes the
+#      entry of the least recently used written key, and no other; in the
 #      exact order of their last use, even among the calls of one
 #      statement and keys used one statement each;
 #   2. while database postgres reads in far more keys than its share
@@ -62,46 +63,63 @@ sub keys_sql
 	return "ARRAY(SELECT '$prefix' || i FROM generate_series($from, $to) i)";
 }
 
+# admissions refused in database $db
+sub refused
+{
+	return sql(q{SELECT admissions_refused FROM pklimit_memory_stats()
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())}, $_[0]);
+}
+
 # --- 1. one database fills the table; least recently used written keys go
 sql("SELECT pklimit_count('wake-up')");
-is(touch(keys_sql('a', 1, 50)), '0|50', 'one database: 50 keys read in');
+ok($node->poll_query_until('postgres',
+	'SELECT flush_lag_ms IS NOT NULL FROM pklimit_stats WHERE datname = current_database()'),
+	'one database: memory is open');
+is(touch(keys_sql('a', 1, 50)), '50|50', 'one database: 50 keys read in, their calls decided in memory');
 is(mem_stat('memory_keys, memory_evictions'), '50|0', 'one database: it holds all 50 entries');
 is(touch(keys_sql('a', 1, 50)), '50|0', 'one database: all 50 still in memory');
 is(touch(keys_sql('a', 1, 10)), '10|0', 'one database: a1..a10 used again, the latest');
 ok(flushed(keys_sql('a', 1, 50)), 'one database: a flush wrote all 50');
-is(touch(keys_sql('c', 1, 4)), '0|4', 'one database: 4 more keys read in');
+my $refused = refused();
+is(touch(keys_sql('c', 1, 4)), '0|0', 'one database: 4 more keys, missed once: their calls take the durable path');
+is(mem_stat('memory_keys, memory_evictions') . '|' . (refused() - $refused), '50|0|4',
+	'one database: no entry was given back for them: they were refused admission');
+is(touch(keys_sql('c', 1, 4)), '4|4', 'one database: missed again, the 4 keys come in, decided in memory');
 is(mem_stat('memory_keys, memory_evictions'), '50|4', 'one database: 4 entries were given back for them');
 my $kept = 'ARRAY[' . join(', ', map { "'$_'" } (map { "c$_" } 1 .. 4), (map { "a$_" } 1 .. 10, 15 .. 50)) . ']';
 is(touch($kept), '50|0', 'one database: the 4 new keys, a1..a10 and a15..a50 are in memory');
 ok(flushed($kept), 'one database: a flush wrote them');
-is(touch(keys_sql('a', 11, 14)), '0|4', 'one database: a11..a14, the least recently used, were given back');
+is(touch(keys_sql('a', 11, 14)), '0|0',
+	'one database: a11..a14, the least recently used, were given back: their calls take the durable path');
 is(sql("SELECT string_agg(DISTINCT pklimit_count('a' || i)::text, ',') FROM generate_series(11, 14) i"),
 	'3', 'one database: and lost nothing: they count 3');
 
 # --- 1b. the order of eviction is the order of last use, exactly, whatever
-# the clock: 50 new keys read in one statement each take every entry of the
-# keys before; used again one statement each in another known order, then
-# written, 4 keys more take the entries of the first 4 used (2 at a time).
+# the clock: 50 new keys read in one statement each (each missed twice:
+# refused, then admitted) take every entry of the keys before; used again
+# one statement each in another known order, then written, 4 keys more
+# take the entries of the first 4 used, one by one.
 ok(flushed('ARRAY(SELECT k FROM unnest(ARRAY[' . join(', ', map { "'$_'" } (map { "c$_" } 1 .. 4),
 	(map { "a$_" } 1 .. 50)) . ']) k)'), 'eviction order: every key before is written');
 my @read_order = map { 'e' . (($_ * 17) % 50 + 1) } 0 .. 49;
 my @use_order = map { 'e' . (($_ * 23 + 7) % 50 + 1) } 0 .. 49;
 my ($evicted_before) = mem_stat('memory_evictions');
-is(join(',', map { touch("ARRAY['$_']") } @read_order), join(',', ('0|1') x 50),
-	'eviction order: 50 new keys read in, one statement each');
+is(join(',', map { touch("ARRAY['$_']") . '/' . touch("ARRAY['$_']") } @read_order),
+	join(',', ('0|0/1|1') x 50), 'eviction order: 50 new keys refused, then read in, one statement each');
 is(mem_stat('memory_keys') . '|' . (mem_stat('memory_evictions') - $evicted_before), '50|50',
 	'eviction order: they took the 50 entries of the keys before');
 is(join(',', map { touch("ARRAY['$_']") } @use_order), join(',', ('1|0') x 50),
 	'eviction order: the 50 used again in another order, one statement each');
 my $e_all = 'ARRAY(SELECT \'e\' || i FROM generate_series(1, 50) i)';
 ok(flushed($e_all), 'eviction order: a flush wrote them');
-is(touch(keys_sql('f', 1, 4)), '0|4', 'eviction order: 4 more keys read in');
+is(touch(keys_sql('f', 1, 4)) . '/' . touch(keys_sql('f', 1, 4)), '0|0/4|4',
+	'eviction order: 4 more keys refused, then read in');
 my @first4 = @use_order[0 .. 3];
 my $rest = 'ARRAY[' . join(', ', map { "'$_'" } @use_order[4 .. 49], map { "f$_" } 1 .. 4) . ']';
 is(touch($rest), '50|0', 'eviction order: the 46 used last and the 4 new keys are in memory');
 ok(flushed($rest), 'eviction order: a flush wrote them');
-is(touch('ARRAY[' . join(', ', map { "'$_'" } @first4) . ']'), '0|4',
-	"eviction order: the first 4 used (@first4) were given back");
+is(touch('ARRAY[' . join(', ', map { "'$_'" } @first4) . ']'), '4|4',
+	"eviction order: the first 4 used (@first4) were given back: read in again (missed before: admitted)");
 
 # --- 2. one database floods memory, the other still gets its share
 sql('CREATE DATABASE b');

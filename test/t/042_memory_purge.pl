@@ -68,6 +68,10 @@ ok($node->poll_query_until('postgres', q{SELECT string_agg(substr(key, 3) || '='
 # --- 2. a locked row holds up the flush: memory calls fall back, exactly
 call('locked', '36500 days');
 call('bp', '36500 days');
+# (a key read in for a memory call has no row until a flush writes it)
+ok($node->poll_query_until('postgres',
+	q{SELECT count(*) = 2 FROM platformkit_limits WHERE key IN ('g:locked', 'g:bp')}),
+	'locked row: a flush wrote both keys');
 my $locker = $node->background_psql('postgres');
 $locker->query_safe("BEGIN; SELECT FROM platformkit_limits WHERE key = 'g:locked' FOR UPDATE");
 my $calls = mem_stat('memory_calls');

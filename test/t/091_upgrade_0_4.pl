@@ -91,7 +91,7 @@ my ($ret, $out, $err) =
   $node->psql('dependent', "\\set VERBOSITY verbose\nALTER EXTENSION pklimit UPDATE TO '0.4.0'");
 like($err, qr/ERROR:  2BP01: cannot update pklimit while objects depend on functions it replaces: function app_allow\(text\), view login_check\n/,
 	'a view on pklimit_check and an SQL function on pklimit_allow_all make the update fail with 2BP01, naming both');
-like($err, qr/DETAIL:  The update drops and creates again pklimit_allow, pklimit_allow_all, pklimit_check, pklimit_check_all, with new arguments\./,
+like($err, qr/DETAIL:  The update drops and creates again pklimit_allow, pklimit_allow_all, pklimit_check, pklimit_check_all, pklimit_memory_stats\./,
 	'saying which functions it replaces');
 is($node->safe_psql('dependent', $version), '0.3.0', 'which changed nothing');
 $node->safe_psql('dependent', 'DROP VIEW login_check; DROP FUNCTION app_allow(text)');

@@ -120,10 +120,12 @@ class DurableOption(unittest.TestCase):
         key = unique("stats")
         calls, reads = memory_stats()
         self.assertEqual(storage.incr(key, DAY), 1)
-        self.assertEqual(rows(key), [("g:" + key, 1)], "the first hit, committed by the worker")
-        # the key's later calls are decided in memory, the peek's too
+        # the first hit reads the key into memory (its row as committed) and
+        # is decided there, as the later ones and the peek's are: the flush
+        # writes it
         until(lambda: storage.get_expiry(key) and memory_stats()[0] > calls, "a call decided in memory")
         self.assertGreater(memory_stats()[1], reads, "the key was read into memory")
+        until(lambda: rows(key) == [("g:" + key, 1)], "the flush of the first hit")
         self.assertEqual(storage.incr(key, DAY, amount=2), 3)
         until(lambda: rows(key) == [("g:" + key, 3)], "the flush of 3 hits")
 
@@ -167,8 +169,9 @@ class MemoryReplicas(unittest.TestCase):
         client = unique("memory-burst")
         bases = self.replicas("10 per day")
         calls, _ = memory_stats()
-        # the first hit reads the key into memory, committed by the worker
+        # the first hit reads the key into memory; the flush writes it
         self.assertEqual(get(bases[0], client)[0], 200)
+        until(lambda: len(rows(client)) == 1, "the flush of the first hit")
         (stored, first), = rows(client)
         self.assertEqual(first, 1)
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
