@@ -2,7 +2,7 @@
 # bench/keys.sh: the memory path with many keys, from a cold start with the
 # defaults (docs/memory.md, "Sizing").  As root on Debian 12:
 #
-#   bash bench/keys.sh          (WARMUP=10 s, DURATION=10 s, CLIENTS=64)
+#   bash bench/keys.sh          (WARMUP=10 s, DURATION=10 s, ROUNDS=3, CLIENTS=64)
 #   ONLY="100k zipf" bash bench/keys.sh     some workloads only
 #
 # Four workloads, each with pgbench -M simple and -M prepared:
@@ -14,19 +14,23 @@
 #   zipf   1,000,000 keys, 1% of which (10,000) take 80% of the calls
 #
 # For each, at CLIENTS clients and pklimit's defaults, on a server started
-# for it (its memory empty, its table truncated): SELECT 1 (the round-trip
-# floor), then pklimit_allow with durable => true, then with durable =>
-# false; each pklimit run is WARMUP seconds (reported as "cold") and then
-# DURATION seconds (reported as measured).  Prints calls/s, the memory
-# path's ratios to SELECT 1 and to the durable path, and what the memory
-# table did in the measured seconds (pklimit_memory_stats: hits, misses,
-# keys read in, refused, given back).  Reported, not asserted.
+# for it (its memory empty, its table truncated): pklimit_allow with
+# durable => false for WARMUP seconds from the cold start (reported as
+# "mem cold"); then ROUNDS rounds of SELECT 1 (the round-trip floor),
+# pklimit_allow with durable => true and with durable => false, DURATION
+# seconds each, side by side, so that the machine's changing speed (its
+# disk's above all: a durable call waits for a commit) weighs on each alike;
+# the medians.  Prints calls/s, the memory path's ratios to SELECT 1 and to
+# the durable path, and what the memory table did in the memory path's
+# measured seconds (pklimit_memory_stats: hits, misses, keys read in,
+# refused, given back; summed over the rounds).  Reported, not asserted.
 source "$(dirname "$0")/../scripts/common.sh"
 source "$(dirname "$0")/lib.sh"
 shopt -s inherit_errexit
 
 WARMUP=${WARMUP:-10}
 DURATION=${DURATION:-10}
+ROUNDS=${ROUNDS:-3}
 CLIENTS=${CLIENTS:-64}
 ONLY=${ONLY:-hot 100k 1m zipf}
 export PKLIMIT_MAX_CONNECTIONS=$((CLIENTS + 20))
@@ -76,7 +80,8 @@ MEMSTATS="SELECT concat_ws(' ', coalesce(j->>'hits', '0'), coalesce(j->>'misses'
 	FROM (SELECT to_jsonb(m) AS j FROM pklimit_memory_stats() m
 	WHERE m.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())) s"
 # delta BEFORE AFTER: the counters' differences
-delta() { paste -d ' ' <(tr ' ' '\n' <<<"$2") <(tr ' ' '\n' <<<"$1") | awk '{ printf "%d ", $1 - $2 }'; }
+delta() { paste -d ' ' <(tr ' ' '\n' <<<"$2") <(tr ' ' '\n' <<<"$1") | awk 'NF { printf "%d ", $1 - $2 }'; }
+add() { paste -d ' ' <(tr ' ' '\n' <<<"$1") <(tr ' ' '\n' <<<"$2") | awk 'NF { printf "%d ", $1 + $2 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 printf '%-5s %-8s %9s %9s %9s %9s %6s %6s   %s\n' workload protocol 'SELECT 1' durable \
@@ -84,16 +89,18 @@ printf '%-5s %-8s %9s %9s %9s %9s %6s %6s   %s\n' workload protocol 'SELECT 1' d
 for w in $ONLY; do
 	for p in simple prepared; do
 		cold_start
-		s1=$(run select1 "$p" "$DURATION")
-		run "$w-durable" "$p" "$WARMUP" >/dev/null
-		dur=$(run "$w-durable" "$p" "$DURATION")
-		cold_start
 		cold=$(run "$w-memory" "$p" "$WARMUP")
-		before=$(q -c "$MEMSTATS")
-		mem=$(run "$w-memory" "$p" "$DURATION")
-		after=$(q -c "$MEMSTATS")
+		s1s='' durs='' mems='' sum='0 0 0 0 0'
+		for _ in $(seq 1 "$ROUNDS"); do
+			s1s+=" $(run select1 "$p" "$DURATION")"
+			durs+=" $(run "$w-durable" "$p" "$DURATION")"
+			before=$(q -c "$MEMSTATS")
+			mems+=" $(run "$w-memory" "$p" "$DURATION")"
+			sum=$(add "$sum" "$(delta "$before" "$(q -c "$MEMSTATS")")")
+		done
+		s1=$(med "$s1s") dur=$(med "$durs") mem=$(med "$mems")
 		printf '%-5s %-8s %9.0f %9.0f %9.0f %9.0f %6s %6s   %s\n' "$w" "$p" "$s1" "$dur" "$cold" "$mem" \
-			"$(ratio "$mem" "$s1")" "$(ratio "$mem" "$dur")" "$(delta "$before" "$after")"
+			"$(ratio "$mem" "$s1")" "$(ratio "$mem" "$dur")" "$sum"
 	done
 done
 echo "shared memory pklimit takes: $(q -c "SELECT pg_size_pretty(sum(allocated_size)) FROM pg_shmem_allocations WHERE name LIKE 'pklimit%'")"

@@ -20,6 +20,7 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "utils/timestamp.h"
 
 #include "memory_private.h"
@@ -204,63 +205,64 @@ left_to_apply(const PklimitEntry *e)
 	return e->state != ENTRY_ANSWERED && e->state != ENTRY_SET_ASIDE;
 }
 
-/*
- * May missed call i (an index into entries) have its key read in now: is
- * no other call of the list left to apply on its key?  (Those are applied
- * to the row, which must then not be in memory; the calls after them on
- * the key with them, in arrival order.)
- */
-static bool
-alone_on_its_key(PklimitEntry **entries, int n, const Missed *missed, int i)
+/* A missed call's key, hashed, to tell most keys apart without strcmp. */
+static uint32
+key_hash(const PklimitRequest *r)
 {
-	for (int j = 0, m = 0; j < n; j++)
-	{
-		if (m < missed->n && missed->entries[m] == j)
-		{
-			m++;
-			continue;
-		}
-		if (left_to_apply(entries[j]) &&
-			pklimit_same_key(&entries[j]->request, &entries[i]->request))
-			return false;
-	}
-	return true;
+	return hash_combine(hash_bytes((const unsigned char *) r->key, strlen(r->key)),
+						hash_bytes_uint32(r->nspid));
 }
 
 /*
- * The keys of the missed calls that may be read in now, each once, into
- * keys[] (their first call's index); returns how many.  None while memory
- * lags: a missed call then costs one durable call.
+ * The keys the missed calls of a list may have read in now, each once:
+ * keys[k] is the index of the first call on key k; key_of[m] says which key
+ * missed call m is on (-1: none to read, its call is applied durably).
+ * None while memory lags: a missed call then costs one durable call; nor a
+ * key another call of the list left to apply is on (that call is applied
+ * to the row, which must then not be in memory, and the calls after it on
+ * the key with it, in arrival order).  Returns how many keys.
  */
 static int
-keys_to_read(PklimitEntry **entries, int n, const Missed *missed, int *keys)
+keys_to_read(PklimitEntry **entries, int n, const Missed *missed, int *keys,
+			 int *key_of)
 {
+	uint32	   *hashes = palloc(sizeof(uint32) * missed->n);
+	uint32	   *key_hashes = palloc(sizeof(uint32) * missed->n);
+	PklimitEntry **others = palloc(sizeof(PklimitEntry *) * n);
+	bool	   *is_missed = palloc0(sizeof(bool) * n);
+	int			nothers = 0;
 	int			nkeys = 0;
 
+	for (int m = 0; m < missed->n; m++)
+		key_of[m] = -1;
 	if (pklimit_memory_lagging())
 		return 0;
 	for (int m = 0; m < missed->n; m++)
+		is_missed[missed->entries[m]] = true;
+	for (int j = 0; j < n; j++)
+		if (!is_missed[j] && left_to_apply(entries[j]))
+			others[nothers++] = entries[j];
+	for (int m = 0; m < missed->n; m++)
 	{
-		int			i = missed->entries[m];
-		bool		known = false;
+		const PklimitRequest *r = &entries[missed->entries[m]]->request;
+		bool		alone = true;
 
-		for (int k = 0; k < nkeys && !known; k++)
-			known = pklimit_same_key(&entries[keys[k]]->request,
-									 &entries[i]->request);
-		if (!known && alone_on_its_key(entries, n, missed, i))
-			keys[nkeys++] = i;
+		hashes[m] = key_hash(r);
+		for (int k = 0; k < nkeys && key_of[m] < 0; k++)
+			if (key_hashes[k] == hashes[m] &&
+				pklimit_same_key(&entries[keys[k]]->request, r))
+				key_of[m] = k;
+		if (key_of[m] >= 0)
+			continue;
+		for (int o = 0; o < nothers && alone; o++)
+			alone = !pklimit_same_key(&others[o]->request, r);
+		if (!alone)
+			continue;
+		key_hashes[nkeys] = hashes[m];
+		keys[nkeys] = missed->entries[m];
+		key_of[m] = nkeys++;
 	}
 	return nkeys;
-}
-
-/* The missed calls on the key of entries[i] are kept out of memory. */
-static void
-mark_kept_out(PklimitEntry **entries, const Missed *missed, int i)
-{
-	for (int m = 0; m < missed->n; m++)
-		if (pklimit_same_key(&entries[missed->entries[m]]->request,
-							 &entries[i]->request))
-			entries[missed->entries[m]]->memory_kept_out = true;
 }
 
 /*
@@ -276,53 +278,54 @@ read_missed(PklimitMemoryPass *pass, PklimitEntry **entries, int n,
 			const Missed *missed)
 {
 	int		   *keys = palloc(sizeof(int) * missed->n);
+	int		   *key_of = palloc(sizeof(int) * missed->n);
+	int		   *read_as = palloc(sizeof(int) * missed->n);
 	const char **stored = palloc(sizeof(char *) * missed->n);
 	PklimitRow *rows = palloc(sizeof(PklimitRow) * missed->n);
 	bool	   *in = palloc0(sizeof(bool) * missed->n);
-	int			nkeys = keys_to_read(entries, n, missed, keys);
+	int			nkeys = keys_to_read(entries, n, missed, keys, key_of);
 	int			nread = 0;
 	Oid			relid;
 	uint32		generation;
 	Leaving		leaving = {palloc(sizeof(PklimitRequest) * n),
 	palloc(sizeof(PklimitEntry *) * n), 0};
 
-	/* the keys the admission rule keeps out first: they are not even read */
+	/* the keys the admission rule keeps out: not even read (read_as -1) */
 	for (int k = 0; k < nkeys; k++)
 	{
 		const PklimitRequest *r = &entries[keys[k]]->request;
 
+		read_as[k] = -1;
 		if (pklimit_memory_admitted(r->key, r->nspid, r->track_stats))
-			keys[nread++] = keys[k];
-		else
-			mark_kept_out(entries, missed, keys[k]);
+		{
+			stored[nread] = r->key;
+			read_as[k] = nread++;
+		}
 	}
-	for (int k = 0; k < nread; k++)
-		stored[k] = entries[keys[k]]->request.key;
-	if (nread == 0 ||
+	if (nread > 0 &&
 		!pklimit_memory_read_rows(pass->session, pass->context, stored, nread,
 								  rows, &relid, &generation))
-		return;
-	for (int k = 0; k < nread; k++)
+		return;					/* applied, then read in */
+	for (int k = 0; k < nkeys; k++)
 	{
 		const PklimitRequest *r = &entries[keys[k]]->request;
+		int			i = read_as[k];
 
-		in[k] = pklimit_memory_read_in(r->key, r->nspid, relid, generation,
-									   &rows[k], true) > 0;
-		if (in[k] && r->track_stats)
+		if (i < 0)
+			continue;
+		in[i] = pklimit_memory_read_in(r->key, r->nspid, relid, generation,
+									   &rows[i], true) > 0;
+		if (in[i] && r->track_stats)
 			pklimit_stats_add(PKLIMIT_STAT_MEMORY_READS, 1);
 	}
-	nkeys = nread;
 	for (int m = 0; m < missed->n; m++)
 	{
 		PklimitEntry *e = entries[missed->entries[m]];
-		int			k = 0;
+		int			i = key_of[m] < 0 ? -2 : read_as[key_of[m]];
 
-		while (k < nkeys && !pklimit_same_key(&entries[keys[k]]->request,
-											  &e->request))
-			k++;
-		if (k == nkeys)
+		if (i == -2)
 			continue;			/* not read: applied, then read in */
-		if (!in[k])
+		if (i < 0 || !in[i])
 			e->memory_kept_out = true;
 		else if (pklimit_memory_find(&e->request, &e->answer, 1, true, true) ==
 				 MEMORY_DECIDED)
