@@ -50,6 +50,7 @@ typedef struct Statement
 	bool		read_latest;	/* read the latest committed rows, whatever
 								 * the transaction's snapshot */
 	const char *rules;			/* the hit's SET list (limit.c) */
+	int			cursor_options; /* CURSOR_OPT_CUSTOM_PLAN: planned each run */
 	SPIPlanPtr	plan;			/* prepared once per schema, kept */
 } Statement;
 
@@ -211,7 +212,10 @@ typedef enum StatementId
 /*
  * The memory path's read-in (memory/readin.c): the rows of many keys as
  * last committed, one statement over an array, on the table of 0.3.0 only
- * (and never on Citus, as the flush); each row's key last.
+ * (and never on Citus, as the flush); each row's key last.  Planned for
+ * each run (a custom plan): a plan kept from when the table was empty (a
+ * TRUNCATE invalidates it) scans the whole table for every batch as it
+ * grows, until autovacuum's ANALYZE comes by.
  */
 #define READ_MANY_SQL \
 	"SELECT " ROW_COLUMNS_3 ", l.key FROM %s.platformkit_limits l" \
@@ -266,7 +270,8 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL(ROW_END_3_E, ROW_END_3_L), 3,
 		PURGE_ARGS, false},
 		[STMT_FLUSH] = {FLUSH_SQL, 10, FLUSH_ARGS, false},
-		[STMT_READ_MANY] = {READ_MANY_SQL, 1, {TEXTARRAYOID}, false},
+		[STMT_READ_MANY] = {READ_MANY_SQL, 1, {TEXTARRAYOID}, false, NULL,
+		CURSOR_OPT_CUSTOM_PLAN},
 	},
 };
 
@@ -335,7 +340,9 @@ get_plan(const PklimitTable *table, StatementId id)
 		const char *quoted = quote_identifier(plans_nspname);
 		char	   *sql = psprintf(stmt->sql, quoted,
 								   stmt->rules ? stmt->rules : quoted);
-		SPIPlanPtr	plan = SPI_prepare(sql, stmt->nargs, stmt->argtypes);
+		SPIPlanPtr	plan = SPI_prepare_cursor(sql, stmt->nargs,
+											  stmt->argtypes,
+											  stmt->cursor_options);
 
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed for pklimit statement: %s",
