@@ -280,6 +280,7 @@ read_missed(PklimitMemoryPass *pass, PklimitEntry **entries, int n,
 	int		   *keys = palloc(sizeof(int) * missed->n);
 	int		   *key_of = palloc(sizeof(int) * missed->n);
 	int		   *read_as = palloc(sizeof(int) * missed->n);
+	MemoryPlace *place = palloc(sizeof(MemoryPlace) * missed->n);
 	const char **stored = palloc(sizeof(char *) * missed->n);
 	PklimitRow *rows = palloc(sizeof(PklimitRow) * missed->n);
 	bool	   *in = palloc0(sizeof(bool) * missed->n);
@@ -296,7 +297,8 @@ read_missed(PklimitMemoryPass *pass, PklimitEntry **entries, int n,
 		const PklimitRequest *r = &entries[keys[k]]->request;
 
 		read_as[k] = -1;
-		if (pklimit_memory_admitted(r->key, r->nspid, r->track_stats))
+		place[k] = pklimit_memory_admitted(r->key, r->nspid, r->track_stats);
+		if (place[k] != MEMORY_PLACE_NONE)
 		{
 			stored[nread] = r->key;
 			read_as[k] = nread++;
@@ -314,7 +316,7 @@ read_missed(PklimitMemoryPass *pass, PklimitEntry **entries, int n,
 		if (i < 0)
 			continue;
 		in[i] = pklimit_memory_read_in(r->key, r->nspid, relid, generation,
-									   &rows[i], true) > 0;
+									   &rows[i], place[k]) > 0;
 		if (in[i] && r->track_stats)
 			pklimit_stats_add(PKLIMIT_STAT_MEMORY_READS, 1);
 	}

@@ -303,8 +303,33 @@ typedef struct Candidate
 {
 	int			item;
 	MemoryKey  *key;			/* the key it held, when it was last used: */
-	uint64		last_used;		/* a key used since is not a candidate */
+	uint64		last_used;		/* a key used since is not a candidate; NULL
+								 * key: taken, or found used */
+	bool		once;			/* changed at most once since read in */
 } Candidate;
+
+/* Keys to give back, least recently used first; c[next] the first left. */
+typedef struct CandidateQueue
+{
+	Candidate  *c;
+	int			n;
+	int			next;
+} CandidateQueue;
+
+/*
+ * The worker's keys to give back for its database d, from its last pass
+ * over the directory: the least recently used of all (for a key missed
+ * before, or a database below its share) and of those changed at most once
+ * since read in (for a key seen for the first time: readin.c).  Only the
+ * worker gives its database's keys back, so the queues are its own.
+ */
+static struct
+{
+	CandidateQueue any;
+	CandidateQueue once;
+	int			d;
+	uint64		flushed_through;	/* its database's, at the pass */
+}			queues = {{NULL, 0, 0}, {NULL, 0, 0}, -1, 0};
 
 static int
 compare_candidates(const void *a, const void *b)
@@ -317,11 +342,13 @@ compare_candidates(const void *a, const void *b)
 
 /*
  * The keys database d may take the place of, least recently used first, at
- * most max of them (5% of the table), into out[]: one pass over the
- * directory.  Returns how many.
+ * most max of them (5% of the table), into out[], and if once_out is given,
+ * the same of those changed at most once since read in into once_out[]
+ * (*nonce of them): one pass over the directory.  Returns how many are in
+ * out[].
  */
 static int
-find_candidates(int d, Candidate *out, int max)
+find_candidates(int d, Candidate *out, int max, Candidate *once_out, int *nonce)
 {
 	Candidate  *all = palloc(sizeof(Candidate) * pklimit_memory_keys);
 	int			n = 0;
@@ -340,12 +367,20 @@ find_candidates(int d, Candidate *out, int max)
 		{
 			all[n].item = i;
 			all[n].key = item->key;
+			all[n].once = item->key->changes <= 1;
 			all[n++].last_used = item->key->last_used;
 		}
 		LWLockRelease(lock);
 	}
 	LWLockRelease(control_lock());
 	qsort(all, n, sizeof(Candidate), compare_candidates);
+	if (once_out != NULL)
+	{
+		*nonce = 0;
+		for (int c = 0; c < n && *nonce < max; c++)
+			if (all[c].once)
+				once_out[(*nonce)++] = all[c];
+	}
 	n = Min(n, max);
 	memcpy(out, all, sizeof(Candidate) * n);
 	pfree(all);
@@ -381,48 +416,116 @@ most_candidates(void)
 	return Max(1, pklimit_memory_keys * MEMORY_EVICT_PERCENT / 100);
 }
 
+/* A new pass over the directory for database d's queues. */
+static void
+queues_refill(int d)
+{
+	if (queues.any.c == NULL)
+	{
+		queues.any.c = MemoryContextAlloc(TopMemoryContext,
+										  sizeof(Candidate) * most_candidates());
+		queues.once.c = MemoryContextAlloc(TopMemoryContext,
+										   sizeof(Candidate) * most_candidates());
+	}
+	queues.any.n = find_candidates(d, queues.any.c, most_candidates(),
+								   queues.once.c, &queues.once.n);
+	queues.any.next = queues.once.next = 0;
+	queues.d = d;
+	queues.flushed_through = pg_atomic_read_u64(&database_at(d)->flushed_through);
+}
+
+/*
+ * The first candidate of q still unused (its key not used since the pass),
+ * or NULL; the ones found used are dropped.  Control lock held.
+ */
+static Candidate *
+queue_first(CandidateQueue *q)
+{
+	for (; q->next < q->n; q->next++)
+	{
+		Candidate  *c = &q->c[q->next];
+		DirectoryItem *item = &pklimit_memory_directory[c->item];
+		LWLock	   *lock;
+		bool		unused;
+
+		if (c->key == NULL)
+			continue;
+		lock = partition_lock(item->hashcode);
+		LWLockAcquire(lock, LW_SHARED);
+		unused = item->key == c->key && c->key->last_used == c->last_used;
+		LWLockRelease(lock);
+		if (unused)
+			return c;
+	}
+	return NULL;
+}
+
 /*
  * Give back one key so database d may take its place: of its own, or of a
- * database past its share, least recently used first.  The worker's last
- * pass found the least recently used keys (most_candidates of them); they
- * are given back one at a time, as keys come in, skipping any used or
+ * database past its share, least recently used first; with once, only one
+ * changed at most once since it was read in.  The worker's last pass found
+ * the least recently used keys (most_candidates of them, of each kind);
+ * they are given back one at a time, as keys come in, skipping any used or
  * changed since, and another pass is made once they are gone.  So no free
  * place is left for a key the admission rule (readin.c) would keep out.
  * Counts it, as one of the places keys are given back; returns 1, or 0 if
  * none could be.
  */
 int
-pklimit_memory_give_back(int d)
+pklimit_memory_give_back(int d, bool once)
 {
-	static Candidate *queue = NULL;
-	static int	queued = 0;
-	static int	next = 0;
-	static int	queue_d = -1;
-
-	if (queue == NULL)
-		queue = MemoryContextAlloc(TopMemoryContext,
-								   sizeof(Candidate) * most_candidates());
 	for (int pass = 0; pass < 2; pass++)
 	{
-		if (next >= queued || queue_d != d)
+		CandidateQueue *q = once ? &queues.once : &queues.any;
+
+		if (q->next >= q->n || queues.d != d)
 		{
-			if (pass > 0 && queue_d == d && queued == 0)
+			if (pass > 0 && queues.d == d && q->n == 0)
 				break;			/* nothing to give back */
-			queued = find_candidates(d, queue, most_candidates());
-			next = 0;
-			queue_d = d;
+			queues_refill(d);
 		}
 		LWLockAcquire(control_lock(), LW_EXCLUSIVE);
-		while (next < queued)
-			if (give_back_candidate(&queue[next++], d))
+		while (q->next < q->n)
+		{
+			Candidate  *c = &q->c[q->next++];
+
+			if (c->key != NULL && give_back_candidate(c, d))
 			{
 				LWLockRelease(control_lock());
 				pklimit_stats_add(PKLIMIT_STAT_MEMORY_EVICTIONS, 1);
 				return 1;
 			}
+		}
 		LWLockRelease(control_lock());
 	}
 	return 0;
+}
+
+/*
+ * Is there a key of this database, changed at most once since it was read
+ * in, to give back, so that a key seen for the first time may take its
+ * place (readin.c)?  Such keys are found by the worker's pass; when none is
+ * left, a new pass is made only once a flush has written keys since the
+ * last (a key can be given back only once written).
+ */
+bool
+pklimit_memory_one_off_next(void)
+{
+	int			d = pklimit_memory_this_database();
+	Candidate  *c;
+
+	if (!memory_on() || d < 0)
+		return false;
+	if (queues.d != d ||
+		(queues.once.next >= queues.once.n &&
+		 (queues.once.n == most_candidates() ||
+		  queues.flushed_through !=
+		  pg_atomic_read_u64(&database_at(d)->flushed_through))))
+		queues_refill(d);
+	LWLockAcquire(control_lock(), LW_SHARED);
+	c = queue_first(&queues.once);
+	LWLockRelease(control_lock());
+	return c != NULL;
 }
 
 /*
@@ -434,7 +537,7 @@ static int
 give_back_many(int d)
 {
 	Candidate  *candidates = palloc(sizeof(Candidate) * most_candidates());
-	int			n = find_candidates(d, candidates, most_candidates());
+	int			n = find_candidates(d, candidates, most_candidates(), NULL, NULL);
 	int			evicted = 0;
 
 	LWLockAcquire(control_lock(), LW_EXCLUSIVE);

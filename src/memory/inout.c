@@ -95,13 +95,14 @@ try_read_in(const MemoryTag *tag, const MemoryTag *area_tag, uint32 hashcode,
 /*
  * Put stored key (of this database, schema nspid, table relid) in memory
  * with the state row, as committed by the worker under generation, into a
- * free place or (give_back) one given back.  Returns 1 if it was put in, 0
- * if it was there already, -1 if no place could be had.  Which key may take
- * another's place is readin.c's to say.
+ * free place or one given back, as place says.  Returns 1 if it was put in,
+ * 0 if it was there already, -1 if no place could be had.  Which key may
+ * take another's place is readin.c's to say.
  */
 int
 pklimit_memory_read_in(const char *stored_key, Oid nspid, Oid relid,
-					   uint32 generation, const PklimitRow *row, bool give_back)
+					   uint32 generation, const PklimitRow *row,
+					   MemoryPlace place)
 {
 	MemoryTag	tag;
 	MemoryTag	area_tag;
@@ -127,7 +128,8 @@ pklimit_memory_read_in(const char *stored_key, Oid nspid, Oid relid,
 
 	result = try_read_in(&tag, &area_tag, hashcode, relid, generation, row,
 						 &d);
-	if (result < 0 && give_back && d >= 0 && pklimit_memory_give_back(d) > 0)
+	if (result < 0 && place != MEMORY_PLACE_NONE && d >= 0 &&
+		pklimit_memory_give_back(d, place == MEMORY_PLACE_ONE_OFF) > 0)
 		result = try_read_in(&tag, &area_tag, hashcode, relid, generation,
 							 row, &d);
 	if (result != 1)

@@ -89,6 +89,18 @@ typedef struct MemoryKey
 } MemoryKey;
 
 /*
+ * The place a key read in may take (the admission rule's answer, readin.c):
+ * none (it stays out), a free one or that of a key changed at most once
+ * since it was read in, or a free one or that of the least recently used.
+ */
+typedef enum MemoryPlace
+{
+	MEMORY_PLACE_NONE,
+	MEMORY_PLACE_ONE_OFF,
+	MEMORY_PLACE_ANY
+} MemoryPlace;
+
+/*
  * A directory item: one key in memory, so the worker finds its database's
  * keys without walking the hash table.  Changed under the control lock and
  * the partition lock of hashcode, both exclusive; read under that
@@ -266,7 +278,8 @@ extern int	pklimit_memory_database_index(Oid dboid);
 extern int	pklimit_memory_this_database(void);
 extern int	pklimit_memory_claim_database(Oid dboid);
 extern bool pklimit_memory_may_take(int d);
-extern int	pklimit_memory_give_back(int d);
+extern int	pklimit_memory_give_back(int d, bool once);
+extern bool pklimit_memory_one_off_next(void);
 extern void pklimit_memory_remove(int item);
 extern void pklimit_memory_flushed_through(TimestampTz through);
 extern uint32 pklimit_memory_generation(void);
@@ -278,15 +291,15 @@ extern void pklimit_memory_shed(void);
 /* inout.c */
 extern int	pklimit_memory_read_in(const char *stored_key, Oid nspid,
 								   Oid relid, uint32 generation,
-								   const PklimitRow *row, bool give_back);
+								   const PklimitRow *row, MemoryPlace place);
 extern int	pklimit_memory_collect(MemoryCopy **copies, Oid relid,
 								   const PklimitRequest *requests, int n);
 extern void pklimit_memory_written(const MemoryCopy *copies, int n);
 extern void pklimit_memory_leave(const MemoryCopy *copies, int n, bool stay);
 
 /* readin.c */
-extern bool pklimit_memory_admitted(const char *stored_key, Oid nspid,
-									bool track_stats);
+extern MemoryPlace pklimit_memory_admitted(const char *stored_key,
+										   Oid nspid, bool track_stats);
 extern int	pklimit_memory_admit(const char *stored_key, Oid nspid, Oid relid,
 								 uint32 generation, const PklimitRow *row,
 								 bool track_stats);

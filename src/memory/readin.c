@@ -6,10 +6,12 @@
  *		in a transaction of the worker's own that writes nothing (so it
  *		commits nothing to disk), before their calls are decided in memory.
  *		A key that would take the place of another (memory full, or its
- *		database past its share) comes in only once it has been missed
- *		before, recently: the admission rule (docs/memory.md, "Sizing"), so
- *		that a scan of keys used once leaves the keys in use where they are.
- *		Putting a key in is inout.c's; the statement is store.c's.
+ *		database past its share) takes that of a key used once (changed at
+ *		most once since read in), or, once it has been missed before,
+ *		recently, that of any key: the admission rule (docs/memory.md,
+ *		"Bounded memory and fairness"), so that a scan of keys used once
+ *		leaves the keys in use where they are.  Putting a key in is
+ *		inout.c's; the statement is store.c's.
  *
  * The admission rule is a doorkeeper, as TinyLFU puts one before its
  * cache: a Bloom filter (lib/bloomfilter) of the keys refused since it was
@@ -85,20 +87,25 @@ missed_before(const char *stored_key, Oid nspid)
 }
 
 /*
- * May stored key come into memory now, as the admission rule says: into a
- * free place, or into one given back for a database below its share (which
- * may always take the place of keys of databases past theirs:
- * docs/security.md, "shares") or for a key missed before.  A key refused is
- * remembered, and counted.
+ * May stored key come into memory now, and in whose place, as the admission
+ * rule says: into a free place, or into one given back for a database below
+ * its share (which may always take the place of keys of databases past
+ * theirs: docs/security.md, "shares") or for a key missed before; a key
+ * missed for the first time only into the place of a key used once.  A key
+ * refused is remembered, and counted.
  */
-bool
+MemoryPlace
 pklimit_memory_admitted(const char *stored_key, Oid nspid, bool track_stats)
 {
-	if (pklimit_memory_room() || missed_before(stored_key, nspid))
-		return true;
+	if (pklimit_memory_room())
+		return MEMORY_PLACE_ANY;
+	if (pklimit_memory_one_off_next())
+		return MEMORY_PLACE_ONE_OFF;
+	if (missed_before(stored_key, nspid))
+		return MEMORY_PLACE_ANY;
 	if (track_stats)
 		pklimit_stats_add(PKLIMIT_STAT_MEMORY_REFUSALS, 1);
-	return false;
+	return MEMORY_PLACE_NONE;
 }
 
 /*
@@ -110,10 +117,12 @@ int
 pklimit_memory_admit(const char *stored_key, Oid nspid, Oid relid,
 					 uint32 generation, const PklimitRow *row, bool track_stats)
 {
-	if (!pklimit_memory_admitted(stored_key, nspid, track_stats))
+	MemoryPlace place = pklimit_memory_admitted(stored_key, nspid, track_stats);
+
+	if (place == MEMORY_PLACE_NONE)
 		return -1;
 	return pklimit_memory_read_in(stored_key, nspid, relid, generation, row,
-								  true);
+								  place);
 }
 
 /*

@@ -5,11 +5,12 @@
 # = 2, so each database keeps a share of 25:
 #
 #   1. one database alone fills the table, and keeps it; a key that finds
-#      it full comes in only when missed a second time (admission: the
-#      first time its call takes the durable path), and then takes the
-#      entry of the least recently used written key, and no other; in the
-#      exact order of their last use, even among the calls of one
-#      statement and keys used one statement each;
+#      it full of keys in use (changed twice or more since read in) comes
+#      in only when missed a second time (admission: the first time its
+#      call takes the durable path), and then takes the entry of the least
+#      recently used written key, and no other; in the exact order of their
+#      last use, even among the calls of one statement and keys used one
+#      statement each;
 #   2. while database postgres reads in far more keys than its share
 #      (pgbench over 500 keys), database b still gets its 25 keys into
 #      memory; every answer of both is exact (no error, no event lost),
@@ -96,16 +97,17 @@ is(sql("SELECT string_agg(DISTINCT pklimit_count('a' || i)::text, ',') FROM gene
 
 # --- 1b. the order of eviction is the order of last use, exactly, whatever
 # the clock: 50 new keys read in one statement each (each missed twice:
-# refused, then admitted) take every entry of the keys before; used again
-# one statement each in another known order, then written, 4 keys more
-# take the entries of the first 4 used, one by one.
+# refused, then admitted; then used again, so that no key seen for the
+# first time may take its place) take every entry of the keys before; used
+# again one statement each in another known order, then written, 4 keys
+# more take the entries of the first 4 used, one by one.
 ok(flushed('ARRAY(SELECT k FROM unnest(ARRAY[' . join(', ', map { "'$_'" } (map { "c$_" } 1 .. 4),
 	(map { "a$_" } 1 .. 50)) . ']) k)'), 'eviction order: every key before is written');
 my @read_order = map { 'e' . (($_ * 17) % 50 + 1) } 0 .. 49;
 my @use_order = map { 'e' . (($_ * 23 + 7) % 50 + 1) } 0 .. 49;
 my ($evicted_before) = mem_stat('memory_evictions');
-is(join(',', map { touch("ARRAY['$_']") . '/' . touch("ARRAY['$_']") } @read_order),
-	join(',', ('0|0/1|1') x 50), 'eviction order: 50 new keys refused, then read in, one statement each');
+is(join(',', map { touch("ARRAY['$_']") . '/' . touch("ARRAY['$_']") . '/' . touch("ARRAY['$_']") } @read_order),
+	join(',', ('0|0/1|1/1|0') x 50), 'eviction order: 50 new keys refused, then read in, then used, one statement each');
 is(mem_stat('memory_keys') . '|' . (mem_stat('memory_evictions') - $evicted_before), '50|50',
 	'eviction order: they took the 50 entries of the keys before');
 is(join(',', map { touch("ARRAY['$_']") } @use_order), join(',', ('1|0') x 50),

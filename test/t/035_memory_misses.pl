@@ -10,10 +10,14 @@
 #      transaction writes); a durable call takes one (so the test can see a
 #      commit);
 #   2. misses, hits and keys read in, per call, in pklimit_memory_stats();
-#   3. admission: memory full of keys in use, a scan of 1000 keys used once
-#      takes none of their places (each call applied durably, each key
-#      refused admission, none given back); a key missed a second time
-#      comes in, in the place of the least recently used;
+#   3. admission: memory full of keys in use (changed twice or more since
+#      read in), a scan of 900 keys used once takes none of their places
+#      (each call applied durably, each key refused admission, none given
+#      back); a key missed a second time comes in, in the place of the
+#      least recently used;
+#   3b. keys used once since read in (the scan's, admitted on a second
+#      miss) give their places to keys seen for the first time, least
+#      recently used first, with no refusal, while the keys in use stay;
 #   4. thrashing, exact: 8 clients x 150 memory calls over 400 keys (four
 #      times memory) and durable calls on the same keys: every key counts
 #      every call, whichever path took it, and its row holds it once
@@ -97,8 +101,9 @@ is(sql("SELECT pklimit_count('new')"), '4', 'counting 4');
 # --- 2./3. memory full of keys in use; a scan of keys used once
 is(touch(keys_sql('hot', 1, 99)), '99|99|0|99', 'memory fills: 99 keys read in, 99 misses');
 is(mem('memory_keys'), '100', 'memory holds 100 keys: it is full');
+is(touch(keys_sql('hot', 1, 99)), '99|0|99|0', 'the 99 keys used again: keys in use');
 sql("ALTER SYSTEM SET pklimit.flush_interval = '100ms'; SELECT pg_reload_conf()");
-ok($node->poll_query_until('postgres', q{SELECT bool_and(l.count = 1)
+ok($node->poll_query_until('postgres', q{SELECT bool_and(l.count = 2)
 	FROM platformkit_limits l WHERE l.key LIKE 'g:hot%' HAVING count(*) = 99}),
 	'a flush wrote them (only written keys can be given back)');
 sql("ALTER SYSTEM SET pklimit.flush_interval = '60s'; SELECT pg_reload_conf()");
@@ -113,15 +118,40 @@ is(delta('memory_calls, memory_reads, memory_evictions, admissions_refused',
 	"SELECT pklimit_allow('once7', 1000000, '36500 days', durable => false)"), '0|0|0|0',
 	'a scanned key missed again before a flush: its place could only be of a changed key, which stays');
 sql("ALTER SYSTEM SET pklimit.flush_interval = '100ms'; SELECT pg_reload_conf()");
-ok($node->poll_query_until('postgres', q{SELECT count = 2 FROM platformkit_limits WHERE key = 'g:hot1'}),
+ok($node->poll_query_until('postgres', q{SELECT count = 3 FROM platformkit_limits WHERE key = 'g:hot1'}),
 	'a flush wrote the keys in use');
 sql("ALTER SYSTEM SET pklimit.flush_interval = '60s'; SELECT pg_reload_conf()");
 is(delta('memory_calls, memory_reads, memory_evictions, admissions_refused',
 	"SELECT pklimit_allow('once7', 1000000, '36500 days', durable => false)"), '1|1|1|0',
 	'missed again once written: it comes in, in the place of one key, and is decided in memory');
 is(touch("ARRAY['hot1']"), '0|0|0|1', 'the place was that of the least recently used key, hot1');
-is(sql("SELECT pklimit_count('once7') || '|' || pklimit_count('hot1')"), '3|3',
-	'and nothing was lost on the way: once7 counts 3, hot1 3');
+is(sql("SELECT pklimit_count('once7') || '|' || pklimit_count('hot1')"), '3|4',
+	'and nothing was lost on the way: once7 counts 3, hot1 4');
+
+# --- 3b. keys used once since read in give way to keys seen for the first
+# time: once1..once4 read in on their second miss (each in the place of
+# the least recently used key in use: hot2..hot5) and written, like once7;
+# then 4 keys never seen come in at once, in the places of the least
+# recently used of the keys used once (once7, once1, once2, once3), and no
+# key in use is given back
+is(delta('memory_calls, memory_reads, memory_evictions, admissions_refused',
+	"SELECT pklimit_allow(k, 1000000, '36500 days', durable => false) FROM unnest(" . keys_sql('once', 1, 4) . ') k'),
+	'4|4|4|0', 'once1..once4 missed a second time: read in, each in the place of a key in use');
+is(touch(keys_sql('hot', 2, 5)), '0|0|0|4', 'the places were those of hot2..hot5, the least recently used');
+sql("ALTER SYSTEM SET pklimit.flush_interval = '100ms'; SELECT pg_reload_conf()");
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 4 FROM platformkit_limits
+	WHERE key LIKE 'g:once_' AND count = 2}), 'a flush wrote once1..once4');
+sql("ALTER SYSTEM SET pklimit.flush_interval = '60s'; SELECT pg_reload_conf()");
+is(delta('memory_calls, memory_reads, memory_evictions, admissions_refused',
+	"SELECT pklimit_allow(k, 1000000, '36500 days', durable => false) FROM unnest(" . keys_sql('fresh', 1, 4) . ') k'),
+	'4|4|4|0', '4 keys seen for the first time: no refusal, each read in, in the place of a key used once');
+is(touch("ARRAY['once4']") . '/' . touch(keys_sql('hot', 6, 99)), '1|0|1|0/94|0|94|0',
+	'once4, used once but used last, and the keys in use hot6..hot99 are all in memory');
+is(delta('hits, misses', "SELECT pklimit_allow(k, 1000000, '36500 days', durable => false)"
+	. " FROM unnest(ARRAY['once7', 'once1', 'once2', 'once3']) k"), '0|4',
+	'the places were those of once7, once1, once2 and once3');
+is(sql("SELECT string_agg(pklimit_count(k)::text, ',') FROM unnest(ARRAY['once1', 'fresh1', 'hot2', 'hot6']) k"),
+	'3,1,4,4', 'and nothing was lost on the way');
 
 # --- 4. thrashing, exact, whichever path
 my $evictions = mem('memory_evictions');
