@@ -25,7 +25,6 @@
 
 #include "api.h"
 #include "memory.h"
-#include "purge.h"
 #include "queue.h"
 #include "settings.h"
 #include "stats.h"

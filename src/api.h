@@ -22,6 +22,9 @@ typedef enum PklimitCaller
 	PKLIMIT_CALL_PURGES			/* purge: always an error */
 } PklimitCaller;
 
+/* A purge held up by locked rows for this long fails (with api.c's error). */
+#define PKLIMIT_PURGE_LOCK_SECONDS 5
+
 extern TimestampTz pklimit_run(FunctionCallInfo fcinfo,
 							   PklimitRequest *requests,
 							   PklimitAnswer *answers, int n);

@@ -44,7 +44,6 @@
 
 #include "compat.h"
 #include "limit.h"
-#include "request.h"
 
 /* The decisions' arithmetic is in 128 bits, which PostgreSQL's has too. */
 #ifndef HAVE_INT128

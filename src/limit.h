@@ -13,6 +13,12 @@
 
 #include "datatype/timestamp.h"
 
+/*
+ * Most keys one call on several limits (pklimit_check_all) can name, all
+ * decided together here.
+ */
+#define PKLIMIT_GROUP_MAX 16
+
 /* How a limit counts a key's events (docs/algorithms.md). */
 typedef enum PklimitAlgorithm
 {

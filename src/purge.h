@@ -12,9 +12,6 @@
 #include "entry.h"
 #include "xact.h"
 
-/* A purge held up by locked rows for this long fails. */
-#define PKLIMIT_PURGE_LOCK_SECONDS 5
-
 extern Size pklimit_purge_shmem_size(void);
 extern void pklimit_purge_shmem_init(void);
 extern void pklimit_purge_take(const PklimitEntry *entry);

@@ -19,9 +19,6 @@
 /* Longest stored key kept readable; longer ones are stored as a digest. */
 #define PKLIMIT_MAX_READABLE_KEY 256
 
-/* Most keys one call on several limits (pklimit_check_all) can name. */
-#define PKLIMIT_GROUP_MAX 16
-
 /* What one request asks of the table. */
 typedef enum PklimitOpKind
 {
