@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# bench/compare.sh: the durable path of two commits, side by side in one run.
-# As root on Debian 12:
+# bench/compare.sh: the durable path of two commits, side by side in one run,
+# and the memory path with PATHS="durable memory".  As root on Debian 12:
 #
 #   bash bench/compare.sh BEFORE [AFTER]    (AFTER: HEAD; DURATION=5, ROUNDS=3)
+#   PATHS="durable memory" bash bench/compare.sh BEFORE
 #
 # Each commit is built from `git archive` into its own directory and gets a
 # cluster of its own (pklimit preloaded, synchronous_commit on). Every round
@@ -13,7 +14,10 @@
 # defaults: one hot key at 8 clients and 100,000 keys at 64, with pgbench
 # -M simple and -M prepared, calls/s and the server's CPU per call, counted
 # as bench/run.sh counts it (bench/lib.sh). Reported, not asserted: a change
-# is one beyond the spread of the rounds.
+# is one beyond the spread of the rounds.  The memory path
+# (pklimit_allow(..., durable => false)) is measured the same way, with
+# pklimit.memory_keys = 131072 for both commits (their defaults may differ),
+# from an empty memory each round (every round restarts the cluster).
 source "$(dirname "$0")/../scripts/common.sh"
 source "$(dirname "$0")/lib.sh"
 
@@ -21,6 +25,7 @@ BEFORE=${1:?usage: bench/compare.sh BEFORE [AFTER]}
 AFTER=${2:-HEAD}
 DURATION=${DURATION:-5}
 ROUNDS=${ROUNDS:-3}
+PATHS=${PATHS:-durable}
 
 install_packages
 WORKDIR=$(mktemp -d /tmp/pklimit.XXXXXX)
@@ -43,6 +48,7 @@ up() {
 	if [ ! -d "$WORKDIR/$1/data" ]; then
 		start_node "$WORKDIR/$1/data" "$PKLIMIT_PORT" "$WORKDIR/$1/server.log" \
 			"shared_preload_libraries = 'pklimit'
+pklimit.memory_keys = 131072
 max_connections = 100"
 		as_user createdb "$PKLIMIT_DB"
 		q -c "SET client_min_messages = error; CREATE EXTENSION pklimit" >/dev/null
@@ -57,6 +63,9 @@ build b "$AFTER"
 echo "\\set k random(1, 100000)" >"$WORKDIR/keys.sql"
 echo "SELECT pklimit_allow('k' || :k, 1000000000, '1 hour');" >>"$WORKDIR/keys.sql"
 echo "SELECT pklimit_allow('hot', 1000000000, '1 hour');" >"$WORKDIR/hot.sql"
+echo "\\set k random(1, 100000)" >"$WORKDIR/mkeys.sql"
+echo "SELECT pklimit_allow('m' || :k, 1000000000, '1 hour', durable => false);" >>"$WORKDIR/mkeys.sql"
+echo "SELECT pklimit_allow('mhot', 1000000000, '1 hour', durable => false);" >"$WORKDIR/mhot.sql"
 chown $RUN_AS "$WORKDIR"/*.sql
 
 # run C SCRIPT CLIENTS MODE: "calls/s us_per_call"; the server's CPU time
@@ -71,7 +80,11 @@ run() {
 		"$(cpu_per_call $(($(server_ticks "$data") - t0)) "$(pgbench_calls "$out")")"
 }
 
-SCENARIOS=("hot 8 simple" "hot 8 prepared" "keys 64 simple" "keys 64 prepared")
+SCENARIOS=()
+for path in $PATHS; do
+	m=$([ "$path" = memory ] && echo m || true)
+	SCENARIOS+=("${m}hot 8 simple" "${m}hot 8 prepared" "${m}keys 64 simple" "${m}keys 64 prepared")
+done
 declare -A TPS CPU
 for r in $(seq 1 "$ROUNDS"); do
 	order="a b"
@@ -88,12 +101,12 @@ for r in $(seq 1 "$ROUNDS"); do
 	done
 done
 
-echo "durable path, $BEFORE against $AFTER: $(nproc) cores, PostgreSQL $($PG_BIN/postgres -V | awk '{ print $3 }'), $DURATION s x $ROUNDS rounds, medians (range)"
-printf '  %-38s %24s %24s %6s %9s\n' scenario "$BEFORE calls/s" "$AFTER calls/s" ratio "CPU ratio"
+echo "$(echo "$PATHS" | sed 's/ / and /') path, $BEFORE against $AFTER: $(nproc) cores, PostgreSQL $($PG_BIN/postgres -V | awk '{ print $3 }'), $DURATION s x $ROUNDS rounds, medians (range)"
+printf '  %-48s %24s %24s %6s %9s\n' scenario "$BEFORE calls/s" "$AFTER calls/s" ratio "CPU ratio"
 for s in "${SCENARIOS[@]}"; do
 	read -r script clients mode <<<"$s"
-	name="$([ "$script" = hot ] && echo "one hot key" || echo "100,000 keys"), $clients clients, -M $mode"
+	name="$(case $script in m*) echo "memory: " ;; esac)$(case $script in *hot) echo "one hot key" ;; *) echo "100,000 keys" ;; esac), $clients clients, -M $mode"
 	a=$(med "${TPS[a $s]}") b=$(med "${TPS[b $s]}")
-	printf '  %-38s %24s %24s %6s %9s\n' "$name" "$a ($(range "${TPS[a $s]}"))" "$b ($(range "${TPS[b $s]}"))" \
+	printf '  %-48s %24s %24s %6s %9s\n' "$name" "$a ($(range "${TPS[a $s]}"))" "$b ($(range "${TPS[b $s]}"))" \
 		"$(echo "scale=2; $b / $a" | bc -l)" "$(echo "scale=2; $(med "${CPU[b $s]}") / $(med "${CPU[a $s]}")" | bc -l)"
 done
