@@ -316,7 +316,7 @@ read_missed(PklimitMemoryPass *pass, PklimitEntry **entries, int n,
 		if (i < 0)
 			continue;
 		in[i] = pklimit_memory_read_in(r->key, r->nspid, relid, generation,
-									   &rows[i], place[k]) > 0;
+									   &rows[i], false, place[k]) > 0;
 		if (in[i] && r->track_stats)
 			pklimit_stats_add(PKLIMIT_STAT_MEMORY_READS, 1);
 	}

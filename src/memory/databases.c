@@ -299,13 +299,19 @@ may_give_back(const DirectoryItem *item, int d)
 		key_evictable(item->key);
 }
 
+/*
+ * A key found by a pass, to give back.  It is given back only if its item
+ * still holds that key, unused since: a key's last use is a tick of the use
+ * clock, which no two uses share, and reading a key in takes a new tick, so
+ * a key read in since into the same item (even into the same hash element,
+ * freed and taken again) never matches.
+ */
 typedef struct Candidate
 {
 	int			item;
-	MemoryKey  *key;			/* the key it held, when it was last used: */
-	uint64		last_used;		/* a key used since is not a candidate; NULL
-								 * key: taken, or found used */
-	bool		once;			/* changed at most once since read in */
+	MemoryKey  *key;
+	uint64		last_used;
+	bool		once;			/* used once since read in */
 } Candidate;
 
 /* Keys to give back, least recently used first; c[next] the first left. */
@@ -319,9 +325,9 @@ typedef struct CandidateQueue
 /*
  * The worker's keys to give back for its database d, from its last pass
  * over the directory: the least recently used of all (for a key missed
- * before, or a database below its share) and of those changed at most once
- * since read in (for a key seen for the first time: readin.c).  Only the
- * worker gives its database's keys back, so the queues are its own.
+ * before, or a database below its share) and of those used once since read
+ * in (for a key seen for the first time: readin.c).  Only the worker gives
+ * its database's keys back, so the queues are its own.
  */
 static struct
 {
@@ -343,12 +349,12 @@ compare_candidates(const void *a, const void *b)
 /*
  * The keys database d may take the place of, least recently used first, at
  * most max of them (5% of the table), into out[], and if once_out is given,
- * the same of those changed at most once since read in into once_out[]
- * (*nonce of them): one pass over the directory.  Returns how many are in
- * out[].
+ * the same of those used once since read in into once_out[] (*n_once of
+ * them): one pass over the directory.  Returns how many are in out[].
  */
 static int
-find_candidates(int d, Candidate *out, int max, Candidate *once_out, int *nonce)
+find_candidates(int d, Candidate *out, int max, Candidate *once_out,
+				int *n_once)
 {
 	Candidate  *all = palloc(sizeof(Candidate) * pklimit_memory_keys);
 	int			n = 0;
@@ -367,7 +373,7 @@ find_candidates(int d, Candidate *out, int max, Candidate *once_out, int *nonce)
 		{
 			all[n].item = i;
 			all[n].key = item->key;
-			all[n].once = item->key->changes <= 1;
+			all[n].once = item->key->uses == 1;
 			all[n++].last_used = item->key->last_used;
 		}
 		LWLockRelease(lock);
@@ -376,10 +382,10 @@ find_candidates(int d, Candidate *out, int max, Candidate *once_out, int *nonce)
 	qsort(all, n, sizeof(Candidate), compare_candidates);
 	if (once_out != NULL)
 	{
-		*nonce = 0;
-		for (int c = 0; c < n && *nonce < max; c++)
+		*n_once = 0;
+		for (int c = 0; c < n && *n_once < max; c++)
 			if (all[c].once)
-				once_out[(*nonce)++] = all[c];
+				once_out[(*n_once)++] = all[c];
 	}
 	n = Min(n, max);
 	memcpy(out, all, sizeof(Candidate) * n);
@@ -420,101 +426,86 @@ most_candidates(void)
 static void
 queues_refill(int d)
 {
+	MemoryDatabase *db = database_at(d);
+
 	if (queues.any.c == NULL)
 	{
-		queues.any.c = MemoryContextAlloc(TopMemoryContext,
-										  sizeof(Candidate) * most_candidates());
-		queues.once.c = MemoryContextAlloc(TopMemoryContext,
-										   sizeof(Candidate) * most_candidates());
+		Size		size = sizeof(Candidate) * most_candidates();
+
+		queues.any.c = MemoryContextAlloc(TopMemoryContext, size);
+		queues.once.c = MemoryContextAlloc(TopMemoryContext, size);
 	}
 	queues.any.n = find_candidates(d, queues.any.c, most_candidates(),
 								   queues.once.c, &queues.once.n);
 	queues.any.next = queues.once.next = 0;
 	queues.d = d;
-	queues.flushed_through = pg_atomic_read_u64(&database_at(d)->flushed_through);
+	queues.flushed_through = pg_atomic_read_u64(&db->flushed_through);
 }
 
 /*
- * The first candidate of q still unused (its key not used since the pass),
- * or NULL; the ones found used are dropped.  Control lock held.
+ * Give back the first key of q that can still be given back for database
+ * d, taking from q the ones that cannot.  Counts it; returns whether one
+ * was.
  */
-static Candidate *
-queue_first(CandidateQueue *q)
+static bool
+give_back_first(CandidateQueue *q, int d)
 {
-	for (; q->next < q->n; q->next++)
-	{
-		Candidate  *c = &q->c[q->next];
-		DirectoryItem *item = &pklimit_memory_directory[c->item];
-		LWLock	   *lock;
-		bool		unused;
+	bool		given = false;
 
-		if (c->key == NULL)
-			continue;
-		lock = partition_lock(item->hashcode);
-		LWLockAcquire(lock, LW_SHARED);
-		unused = item->key == c->key && c->key->last_used == c->last_used;
-		LWLockRelease(lock);
-		if (unused)
-			return c;
-	}
-	return NULL;
+	LWLockAcquire(control_lock(), LW_EXCLUSIVE);
+	while (!given && q->next < q->n)
+		given = give_back_candidate(&q->c[q->next++], d);
+	LWLockRelease(control_lock());
+	if (given)
+		pklimit_stats_add(PKLIMIT_STAT_MEMORY_EVICTIONS, 1);
+	return given;
 }
 
 /*
  * Give back one key so database d may take its place: of its own, or of a
- * database past its share, least recently used first; with once, only one
- * changed at most once since it was read in.  The worker's last pass found
- * the least recently used keys (most_candidates of them, of each kind);
- * they are given back one at a time, as keys come in, skipping any used or
+ * database past its share, least recently used first.  The worker's last
+ * pass found the least recently used keys (most_candidates of them); they
+ * are given back one at a time, as keys come in, skipping any used or
  * changed since, and another pass is made once they are gone.  So no free
  * place is left for a key the admission rule (readin.c) would keep out.
  * Counts it, as one of the places keys are given back; returns 1, or 0 if
  * none could be.
  */
 int
-pklimit_memory_give_back(int d, bool once)
+pklimit_memory_give_back(int d)
 {
 	for (int pass = 0; pass < 2; pass++)
 	{
-		CandidateQueue *q = once ? &queues.once : &queues.any;
-
-		if (q->next >= q->n || queues.d != d)
+		if (queues.any.next >= queues.any.n || queues.d != d)
 		{
-			if (pass > 0 && queues.d == d && q->n == 0)
+			if (pass > 0 && queues.d == d && queues.any.n == 0)
 				break;			/* nothing to give back */
 			queues_refill(d);
 		}
-		LWLockAcquire(control_lock(), LW_EXCLUSIVE);
-		while (q->next < q->n)
-		{
-			Candidate  *c = &q->c[q->next++];
-
-			if (c->key != NULL && give_back_candidate(c, d))
-			{
-				LWLockRelease(control_lock());
-				pklimit_stats_add(PKLIMIT_STAT_MEMORY_EVICTIONS, 1);
-				return 1;
-			}
-		}
-		LWLockRelease(control_lock());
+		if (give_back_first(&queues.any, d))
+			return 1;
 	}
 	return 0;
 }
 
 /*
- * Is there a key of this database, changed at most once since it was read
- * in, to give back, so that a key seen for the first time may take its
- * place (readin.c)?  Such keys are found by the worker's pass; when none is
- * left, a new pass is made only once a flush has written keys since the
- * last (a key can be given back only once written).
+ * Give back this database's least recently used key of those used once
+ * since read in, for a key seen for the first time (readin.c).  Such keys
+ * are found by the worker's pass; when none is left, a new pass is made
+ * at once if the last one found as many as a pass takes, and otherwise only
+ * once a flush has written keys since (most keys can be given back only
+ * once written), so that a table of keys in use is not walked on every
+ * miss.  Returns whether one was given back.
  */
 bool
-pklimit_memory_one_off_next(void)
+pklimit_memory_give_back_one_off(void)
 {
-	int			d = pklimit_memory_this_database();
-	Candidate  *c;
+	int			d;
 
-	if (!memory_on() || d < 0)
+	if (!memory_on())
+		return false;
+	d = pklimit_memory_this_database();
+	if (d < 0)
 		return false;
 	if (queues.d != d ||
 		(queues.once.next >= queues.once.n &&
@@ -522,10 +513,7 @@ pklimit_memory_one_off_next(void)
 		  queues.flushed_through !=
 		  pg_atomic_read_u64(&database_at(d)->flushed_through))))
 		queues_refill(d);
-	LWLockAcquire(control_lock(), LW_SHARED);
-	c = queue_first(&queues.once);
-	LWLockRelease(control_lock());
-	return c != NULL;
+	return give_back_first(&queues.once, d);
 }
 
 /*
@@ -537,7 +525,8 @@ static int
 give_back_many(int d)
 {
 	Candidate  *candidates = palloc(sizeof(Candidate) * most_candidates());
-	int			n = find_candidates(d, candidates, most_candidates(), NULL, NULL);
+	int			n = find_candidates(d, candidates, most_candidates(), NULL,
+									NULL);
 	int			evicted = 0;
 
 	LWLockAcquire(control_lock(), LW_EXCLUSIVE);

@@ -55,7 +55,8 @@ new_key(const MemoryTag *tag, const MemoryTag *area_tag, uint32 hashcode,
  */
 static int
 try_read_in(const MemoryTag *tag, const MemoryTag *area_tag, uint32 hashcode,
-			Oid relid, uint32 generation, const PklimitRow *row, int *d)
+			Oid relid, uint32 generation, const PklimitRow *row, bool used,
+			int *d)
 {
 	LWLock	   *lock = partition_lock(hashcode);
 	MemoryKey  *k;
@@ -85,6 +86,7 @@ try_read_in(const MemoryTag *tag, const MemoryTag *area_tag, uint32 hashcode,
 		k->leaving = false;
 		k->row = *row;
 		k->changes = k->written = 0;
+		k->uses = used ? 1 : 0;
 		k->last_used = used_now();
 	}
 	LWLockRelease(lock);
@@ -95,13 +97,14 @@ try_read_in(const MemoryTag *tag, const MemoryTag *area_tag, uint32 hashcode,
 /*
  * Put stored key (of this database, schema nspid, table relid) in memory
  * with the state row, as committed by the worker under generation, into a
- * free place or one given back, as place says.  Returns 1 if it was put in,
- * 0 if it was there already, -1 if no place could be had.  Which key may
- * take another's place is readin.c's to say.
+ * free place or one given back, as place says; used: the call that read it
+ * in was applied already (not to be decided in memory).  Returns 1 if it
+ * was put in, 0 if it was there already, -1 if no place could be had.
+ * Which key may take another's place is readin.c's to say.
  */
 int
 pklimit_memory_read_in(const char *stored_key, Oid nspid, Oid relid,
-					   uint32 generation, const PklimitRow *row,
+					   uint32 generation, const PklimitRow *row, bool used,
 					   MemoryPlace place)
 {
 	MemoryTag	tag;
@@ -127,11 +130,11 @@ pklimit_memory_read_in(const char *stored_key, Oid nspid, Oid relid,
 		   stored_key, tag.len);
 
 	result = try_read_in(&tag, &area_tag, hashcode, relid, generation, row,
-						 &d);
-	if (result < 0 && place != MEMORY_PLACE_NONE && d >= 0 &&
-		pklimit_memory_give_back(d, place == MEMORY_PLACE_ONE_OFF) > 0)
+						 used, &d);
+	if (result < 0 && place == MEMORY_PLACE_ANY && d >= 0 &&
+		pklimit_memory_give_back(d) > 0)
 		result = try_read_in(&tag, &area_tag, hashcode, relid, generation,
-							 row, &d);
+							 row, used, &d);
 	if (result != 1)
 		dsa_free(pklimit_memory_area(), area_tag.bytes.area);	/* unused */
 	return result > 0 ? 1 : result;

@@ -309,7 +309,10 @@ decide_keys(const PklimitRequest *requests, PklimitAnswer *answers, int n,
 			found[i]->changes++;
 		/* pklimit_count only looks: a monitor keeps no key in memory */
 		if (requests[i].kind != PKLIMIT_OP_COUNT)
+		{
 			found[i]->last_used = used_now();
+			found[i]->uses = Min(found[i]->uses + 1, 2);
+		}
 		memset(&answers[i], 0, sizeof(PklimitAnswer));
 		answers[i].status = PKLIMIT_OK;
 		answers[i].result = results[i];

@@ -86,17 +86,20 @@ typedef struct MemoryKey
 	int16		db;				/* its database in databases[] */
 	bool		leaving;		/* the worker takes it out: calls on it take
 								 * the durable path */
+	uint8		uses;			/* calls on it since read in, the call that
+								 * read it in counted, up to 2: 1 is a key
+								 * used once (admission, readin.c) */
 } MemoryKey;
 
 /*
  * The place a key read in may take (the admission rule's answer, readin.c):
- * none (it stays out), a free one or that of a key changed at most once
- * since it was read in, or a free one or that of the least recently used.
+ * none (it stays out), a free one only (the admission gave back a key used
+ * once for it), or a free one or that of the least recently used.
  */
 typedef enum MemoryPlace
 {
 	MEMORY_PLACE_NONE,
-	MEMORY_PLACE_ONE_OFF,
+	MEMORY_PLACE_FREE,
 	MEMORY_PLACE_ANY
 } MemoryPlace;
 
@@ -278,8 +281,8 @@ extern int	pklimit_memory_database_index(Oid dboid);
 extern int	pklimit_memory_this_database(void);
 extern int	pklimit_memory_claim_database(Oid dboid);
 extern bool pklimit_memory_may_take(int d);
-extern int	pklimit_memory_give_back(int d, bool once);
-extern bool pklimit_memory_one_off_next(void);
+extern int	pklimit_memory_give_back(int d);
+extern bool pklimit_memory_give_back_one_off(void);
 extern void pklimit_memory_remove(int item);
 extern void pklimit_memory_flushed_through(TimestampTz through);
 extern uint32 pklimit_memory_generation(void);
@@ -291,7 +294,8 @@ extern void pklimit_memory_shed(void);
 /* inout.c */
 extern int	pklimit_memory_read_in(const char *stored_key, Oid nspid,
 								   Oid relid, uint32 generation,
-								   const PklimitRow *row, MemoryPlace place);
+								   const PklimitRow *row, bool used,
+								   MemoryPlace place);
 extern int	pklimit_memory_collect(MemoryCopy **copies, Oid relid,
 								   const PklimitRequest *requests, int n);
 extern void pklimit_memory_written(const MemoryCopy *copies, int n);

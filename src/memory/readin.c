@@ -6,9 +6,9 @@
  *		in a transaction of the worker's own that writes nothing (so it
  *		commits nothing to disk), before their calls are decided in memory.
  *		A key that would take the place of another (memory full, or its
- *		database past its share) takes that of a key used once (changed at
- *		most once since read in), or, once it has been missed before,
- *		recently, that of any key: the admission rule (docs/memory.md,
+ *		database past its share) takes that of any key once it has been
+ *		missed before, recently, and otherwise only that of a key used once
+ *		since read in: the admission rule (docs/memory.md,
  *		"Bounded memory and fairness"), so that a scan of keys used once
  *		leaves the keys in use where they are.  Putting a key in is
  *		inout.c's; the statement is store.c's.
@@ -52,13 +52,14 @@ doorkeeper_capacity(void)
 
 /*
  * Has the key been missed and refused since the doorkeeper was last
- * cleared?  If not, it is remembered now.
+ * cleared?  With remember, a key that has not is remembered now.
  */
 static bool
-missed_before(const char *stored_key, Oid nspid)
+missed_before(const char *stored_key, Oid nspid, bool remember)
 {
 	Size		len = strlen(stored_key);
-	unsigned char *element = palloc(sizeof(Oid) + len);
+	Size		size = sizeof(Oid) + len;
+	unsigned char *element = palloc(size);
 	bool		seen;
 
 	memcpy(element, &nspid, sizeof(Oid));
@@ -66,20 +67,20 @@ missed_before(const char *stored_key, Oid nspid)
 	if (doorkeeper == NULL || doorkeeper_keys >= doorkeeper_capacity())
 	{
 		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		int			kilobytes = (int) (doorkeeper_capacity() * 10 / 8 / 1024);
 
 		if (doorkeeper != NULL)
 			bloom_free(doorkeeper);
 		/* about 10 bits a key: a false positive in a hundred */
-		doorkeeper = bloom_create(doorkeeper_capacity(),
-								  Max(64, (int) (doorkeeper_capacity() * 10 / 8 / 1024)),
+		doorkeeper = bloom_create(doorkeeper_capacity(), Max(64, kilobytes),
 								  pg_prng_uint64(&pg_global_prng_state));
 		doorkeeper_keys = 0;
 		MemoryContextSwitchTo(old);
 	}
-	seen = !bloom_lacks_element(doorkeeper, element, sizeof(Oid) + len);
-	if (!seen)
+	seen = !bloom_lacks_element(doorkeeper, element, size);
+	if (!seen && remember)
 	{
-		bloom_add_element(doorkeeper, element, sizeof(Oid) + len);
+		bloom_add_element(doorkeeper, element, size);
 		doorkeeper_keys++;
 	}
 	pfree(element);
@@ -91,27 +92,27 @@ missed_before(const char *stored_key, Oid nspid)
  * rule says: into a free place, or into one given back for a database below
  * its share (which may always take the place of keys of databases past
  * theirs: docs/security.md, "shares") or for a key missed before; a key
- * missed for the first time only into the place of a key used once.  A key
- * refused is remembered, and counted.
+ * missed for the first time only into the place of a key used once, given
+ * back now (so that each key admitted so has a place of its own, however
+ * many a batch holds).  A key refused is remembered, and counted.
  */
 MemoryPlace
 pklimit_memory_admitted(const char *stored_key, Oid nspid, bool track_stats)
 {
-	if (pklimit_memory_room())
+	if (pklimit_memory_room() || missed_before(stored_key, nspid, false))
 		return MEMORY_PLACE_ANY;
-	if (pklimit_memory_one_off_next())
-		return MEMORY_PLACE_ONE_OFF;
-	if (missed_before(stored_key, nspid))
-		return MEMORY_PLACE_ANY;
+	if (pklimit_memory_give_back_one_off())
+		return MEMORY_PLACE_FREE;
+	(void) missed_before(stored_key, nspid, true);
 	if (track_stats)
 		pklimit_stats_add(PKLIMIT_STAT_MEMORY_REFUSALS, 1);
 	return MEMORY_PLACE_NONE;
 }
 
 /*
- * Put stored key in memory with its committed state row, if the admission
- * rule lets it in (giving a key back if need be).  Returns 1 if it was put
- * in, 0 if it was there already, -1 if not.
+ * Put stored key in memory with its committed state row, after its call
+ * was applied, if the admission rule lets it in (giving a key back if need
+ * be).  Returns 1 if it was put in, 0 if it was there already, -1 if not.
  */
 int
 pklimit_memory_admit(const char *stored_key, Oid nspid, Oid relid,
@@ -122,7 +123,7 @@ pklimit_memory_admit(const char *stored_key, Oid nspid, Oid relid,
 	if (place == MEMORY_PLACE_NONE)
 		return -1;
 	return pklimit_memory_read_in(stored_key, nspid, relid, generation, row,
-								  place);
+								  true, place);
 }
 
 /*

@@ -5,7 +5,7 @@
 # = 2, so each database keeps a share of 25:
 #
 #   1. one database alone fills the table, and keeps it; a key that finds
-#      it full of keys in use (changed twice or more since read in) comes
+#      it full of keys in use (used twice or more since read in) comes
 #      in only when missed a second time (admission: the first time its
 #      call takes the durable path), and then takes the entry of the least
 #      recently used written key, and no other; in the exact order of their
