@@ -45,6 +45,8 @@ citus.local_hostname = '@{[$node->host]}'
 
 my $coord = citus_node('coordinator');
 my @workers = (citus_node('worker1'), citus_node('worker2'));
+my $version = $coord->safe_psql('postgres',
+	"SELECT default_version FROM pg_available_extensions WHERE name = 'pklimit'");
 my @nodes = ($coord, @workers);
 
 # Database $db on every node, with citus, and the workers added to it.
@@ -122,7 +124,7 @@ is($coord->safe_psql('postgres', q{
 is($coord->safe_psql('postgres', q{
 	SELECT string_agg(result, ',') FROM run_command_on_workers(
 		$$SELECT extversion FROM pg_extension WHERE extname = 'pklimit'$$)}),
-	'0.3.0,0.3.0', 'pklimit is created on the worker nodes with the coordinator');
+	"$version,$version", 'pklimit is created on the worker nodes with the coordinator, at its version');
 
 # --- exact: 4 clients on the coordinator, rows on both worker nodes
 $_->safe_psql('postgres', 'SELECT pklimit_stats_reset()') for @nodes;
@@ -432,6 +434,17 @@ is($coord->safe_psql('upd', "SELECT allowed FROM pklimit_check('before', 100, '1
 is($coord->safe_psql('upd', q{SELECT concat_ws(':', pklimit_allow('new', 1, '36500 days', algorithm => 'gcra'),
 	pklimit_allow('new', 1, '36500 days', algorithm => 'sliding'))}), 't:f',
 	'a new GCRA key, full after one call, refuses the next');
+
+# --- and on to the version of this build: it reaches the worker nodes, and
+# the rows keep their counts
+$coord->safe_psql('upd', 'ALTER EXTENSION pklimit UPDATE');
+is($coord->safe_psql('upd', q{
+	SELECT string_agg(result, ',') FROM run_command_on_workers(
+		$$SELECT extversion FROM pg_extension WHERE extname = 'pklimit'$$)}),
+	"$version,$version", "the update to $version reaches the worker nodes");
+is($workers[1]->safe_psql('upd', q{SELECT concat_ws(':', count, allowed)
+	FROM pklimit_check('kept', 10, '36500 days')}),
+	'6:t', 'the counts are kept, and calls of this version count on, from a worker node');
 
 # --- a reference table: one copy of every row on every node
 citus_database('ref');
