@@ -152,6 +152,8 @@ done
 for n in "${CLUSTER[@]}"; do qn "$n" "CREATE EXTENSION citus"; done
 qn c1 "SELECT citus_set_coordinator_host('$WORKDIR', ${PORT[c1]})" >/dev/null
 for n in c2 c3; do qn c1 "SELECT citus_add_node('$WORKDIR', ${PORT[$n]})" >/dev/null; done
+# every node holds shards, the coordinator too (docs/citus.md)
+qn c1 "SELECT citus_set_node_property('$WORKDIR', ${PORT[c1]}, 'shouldhaveshards', true)" >/dev/null
 qn plain "SET client_min_messages = error; CREATE EXTENSION pklimit"
 qn c1 "SET client_min_messages = error; CREATE EXTENSION pklimit"
 qn c1 "SELECT create_distributed_table('platformkit_limits', 'key')" >/dev/null
@@ -174,6 +176,53 @@ done
 
 B=$WORKDIR/bench
 mkdir -p "$B"
+
+# --- routing, as a client that sends each call to the node holding its key
+# (docs/citus.md, "Sending each call to its key's node"): each node gets a
+# local table of the keys it holds, numbered from 1, from pklimit_node();
+# the plain server a table of every key.  Each call looks its key up there,
+# on the plain server as on the cluster, so both pay the same lookup.
+log "routing: which node holds each key (pklimit_node)"
+qn c1 "CREATE TABLE bench_keys AS SELECT p || i AS key, (pklimit_node(p || i)).node_port AS port
+	FROM generate_series(1, 100000) i, (VALUES ('d'), ('m')) v(p)" >/dev/null
+keys_table() {
+	local node=$1 prefix=$2 where=$3
+	qn "$node" "CREATE TABLE here_$prefix (id int PRIMARY KEY, key text NOT NULL)"
+	as_user psql -X -qAt -h "$WORKDIR" -p "${PORT[c1]}" -U postgres -d bench -c \
+		"COPY (SELECT row_number() OVER (ORDER BY key), key FROM bench_keys WHERE key LIKE '$prefix%' $where) TO STDOUT" |
+		as_user psql -X -q -h "$WORKDIR" -p "${PORT[$node]}" -U postgres -d bench -c "COPY here_$prefix FROM STDIN"
+	qn "$node" "ANALYZE here_$prefix"
+	qn "$node" "SELECT count(*) FROM here_$prefix"
+}
+declare -A HERE
+for prefix in d m; do
+	HERE[plain.$prefix]=$(keys_table plain $prefix "")
+	for n in "${CLUSTER[@]}"; do
+		HERE[$n.$prefix]=$(keys_table "$n" $prefix "AND port = ${PORT[$n]}")
+	done
+done
+# each node's memory-path keys read into its own memory, as routed calls
+# leave them (filled from c1, the other nodes' keys were applied durably)
+log "reading each node's memory-path keys into its memory"
+for n in "${CLUSTER[@]}"; do
+	qn "$n" "SELECT count(pklimit_allow(key, 1000000000, '1 hour', durable => false)) FROM here_m" >/dev/null &
+done
+wait
+HOT_NODE=c1
+for n in "${CLUSTER[@]}"; do
+	[ "$(qn c1 "SELECT (pklimit_node('hot')).node_port")" = "${PORT[$n]}" ] && HOT_NODE=$n
+done
+MHOT_NODE=c1
+for n in "${CLUSTER[@]}"; do
+	[ "$(qn c1 "SELECT (pklimit_node('mhot')).node_port")" = "${PORT[$n]}" ] && MHOT_NODE=$n
+done
+for n in "${NODES[@]}"; do
+	printf '%s\n' "\\set k random(1, ${HERE[$n.d]})" \
+		"SELECT pklimit_allow(key, 1000000000, '1 hour') FROM here_d WHERE id = :k;" >"$B/routed.$n.sql"
+	printf '%s\n' "\\set k random(1, ${HERE[$n.m]})" \
+		"SELECT pklimit_allow(key, 1000000000, '1 hour', durable => false) FROM here_m WHERE id = :k;" \
+		>"$B/routedmem.$n.sql"
+done
 echo 'SELECT 1;' >"$B/select1.sql"
 printf '%s\n' '\set k random(1, 100000)' "SELECT pklimit_allow('d' || :k, 1000000000, '1 hour');" >"$B/durable.sql"
 printf '%s\n' '\set k random(1, 100000)' \
@@ -189,12 +238,14 @@ log "budgets set: $NODE_CPU CPU a node ($QUOTA_US us each $PERIOD_US us)"
 # at once, DURATION seconds; prints "calls/s cpu_us_per_call throttled"
 # over those nodes (calls summed, their cgroups' CPU summed)
 measure() {
-	local script=$1 clients=$2 n calls=0 cpu0=0 cpu1=0 thr0=0 thr1=0
+	local script=$1 clients=$2 n f calls=0 cpu0=0 cpu1=0 thr0=0 thr1=0
 	shift 2
 	for n in "$@"; do cpu0=$((cpu0 + $(cpu_us "$n"))); thr0=$((thr0 + $(throttled "$n"))); done
 	for n in "$@"; do
+		f=$B/$script.sql
+		[ -f "$B/$script.$n.sql" ] && f=$B/$script.$n.sql
 		pgbench_run bench -h "$WORKDIR" -p "${PORT[$n]}" -c "$clients" -j 1 -T "$DURATION" \
-			-M prepared -f "$B/$script.sql" >"$B/out.$n" &
+			-M prepared -f "$f" >"$B/out.$n" &
 	done
 	wait
 	for n in "$@"; do cpu1=$((cpu1 + $(cpu_us "$n"))); thr1=$((thr1 + $(throttled "$n"))); done
@@ -209,14 +260,20 @@ SCEN=(
 	"select1-one|select1|16|c1"
 	"select1-plain|select1|16|plain"
 	"select1-three|select1|16|c1 c2 c3"
+	"routed-plain|routed|16|plain"
+	"routed-three|routed|16|c1 c2 c3"
+	"routedmem-plain|routedmem|16|plain"
+	"routedmem-three|routedmem|16|c1 c2 c3"
 	"durable-plain|durable|16|plain"
 	"durable-three|durable|16|c1 c2 c3"
 	"memory-plain|memory|16|plain"
 	"memory-three|memory|16|c1 c2 c3"
 	"hot-plain|hot|8|plain"
 	"hot-three|hot|8|c1 c2 c3"
+	"hot-routed|hot|8|$HOT_NODE"
 	"hotmem-plain|hotmem|8|plain"
 	"hotmem-three|hotmem|8|c1 c2 c3"
+	"hotmem-routed|hotmem|8|$MHOT_NODE"
 )
 declare -A TPS CPU THR
 for r in $(seq 1 "$ROUNDS"); do
@@ -241,8 +298,12 @@ row() {
 }
 row "SELECT 1, 16 clients a node: c1 alone, three" select1-one select1-three
 row "SELECT 1: plain, the three Citus nodes" select1-plain select1-three
+row "routed: durable, 100,000 keys, 16 clients a node" routed-plain routed-three
+row "routed: memory path, 100,000 keys" routedmem-plain routedmem-three
 row "durable, 100,000 keys, 16 clients a node" durable-plain durable-three
 row "memory path, 100,000 keys, 16 clients a node" memory-plain memory-three
 row "durable, one hot key, 8 clients a node" hot-plain hot-three
+row "routed: durable, one hot key, 8 clients" hot-plain hot-routed
 row "memory path, one hot key, 8 clients a node" hotmem-plain hotmem-three
-echo "(cluster: the calls of all three nodes together, each called at random keys, no routing by the client; ratio: cluster / plain, or three / one for the first line)"
+row "routed: memory path, one hot key, 8 clients" hotmem-plain hotmem-routed
+echo "(cluster: the calls of all three nodes together; routed: each node called only on the keys it holds, as pklimit_node() names them, and one hot key on its own node; otherwise each node called at random keys, no routing by the client; ratio: cluster / plain, or three / one for the first line)"

@@ -88,3 +88,21 @@ RESET platformkit.tenant;
 -- every pair above stayed apart: each key was allowed once in its own row
 SELECT key, count FROM platformkit_limits WHERE key NOT LIKE 'h:%' ORDER BY key COLLATE "C";
 SELECT count(*) AS digested, sum(count) AS events FROM platformkit_limits WHERE key LIKE 'h:%';
+-- pklimit_stored_key() is the stored key a call makes, under the tenant in
+-- force: each form above, readable and digested; pklimit_node() names no
+-- node where the table is not distributed
+SELECT pklimit_stored_key('login:alice') = 'g:login:alice' AS global,
+       pklimit_stored_key(repeat('k', 300)) =
+         'h:' || encode(sha256(convert_to('g:' || repeat('k', 300), 'UTF8')), 'hex') AS digested;
+SELECT octet_length(set_config('platformkit.tenant', 'acme', false)) AS tenant_bytes;
+SELECT pklimit_stored_key('login:alice') AS tenant_form;
+SELECT pklimit_allow('routed', 1, '36500 days');
+SELECT count FROM platformkit_limits WHERE key = pklimit_stored_key('routed');
+RESET platformkit.tenant;
+SELECT * FROM pklimit_node('login:alice');
+\i sql/include/sqlstate_of.sql
+SELECT q, pg_temp.sqlstate_of(q) FROM (VALUES
+  ($$SELECT pklimit_stored_key(NULL)$$),
+  ($$SELECT pklimit_stored_key('')$$),
+  ($$SELECT pklimit_node(NULL)$$),
+  ($$SELECT pklimit_node('')$$)) v(q);

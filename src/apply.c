@@ -246,6 +246,40 @@ count_recorded(PklimitEntry **entries, int n)
 }
 
 /*
+ * On a table Citus distributes by key: hold here, for the transaction, the
+ * shards on this node that hold keys of the entries of table's schema
+ * (citus.c), so that units on those keys alone run on this node alone.
+ */
+static void
+hold_local_shards(PklimitEntry **entries, int n, PklimitTable *table)
+{
+	const char *keys[PKLIMIT_BATCH_MAX];
+	int			m = 0;
+
+	for (int j = 0; j < n; j++)
+		if (entries[j]->request.nspid == table->nspid)
+			keys[m++] = entries[j]->request.key;
+	(void) pklimit_shards_prepare(table, keys, m);
+}
+
+/*
+ * Are all the keys of unit u in shards this transaction holds on this node?
+ * Then its statements run on those shards directly: no remote statement,
+ * and a transaction of such units alone commits here, without two-phase
+ * commit.  A unit with a key elsewhere goes through Citus whole, so that
+ * Citus commits all its keys together.
+ */
+static bool
+unit_is_local(PklimitEntry **entries, int n, int u, const PklimitTable *table)
+{
+	for (int j = 0; j < n; j++)
+		if (entries[j]->unit == u &&
+			pklimit_shard_usable(table, entries[j]->request.key) == NULL)
+			return false;
+	return true;
+}
+
+/*
  * Apply the units in order, each as the owner of its schema's table, in the
  * transaction begun.  On Citus a unit's statements wait for another node's
  * answer; a node that does not answer (stopped, or cut off without its
@@ -282,7 +316,11 @@ apply_units(PklimitEntry **entries, int n, const Unit *units,
 				pklimit_set_node_settings(session);
 			}
 			pklimit_become_owner(&worker, table.owner);
+			if (table.citus)
+				hold_local_shards(entries, n, &table);
 		}
+		table.direct = table.shards != NULL &&
+			unit_is_local(entries, n, u, &table);
 		if (*citus)
 			pklimit_timer_start(NODE_WAIT_MS);
 		applied = pklimit_apply_unit(entries, n, u, &table, running);

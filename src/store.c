@@ -26,6 +26,7 @@
 #include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
@@ -39,14 +40,14 @@
 bool		pklimit_in_system = false;
 
 /*
- * One statement: its SQL (%s stands for the schema, but in the hit, whose
- * second is limit.c's rules), arguments and plan.
+ * One statement: its SQL (%1$s stands for the table, or one of its shards,
+ * and %2$s, in the hit, for limit.c's rules), arguments and plan.
  */
 typedef struct Statement
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[10];
+	Oid			argtypes[12];
 	bool		read_latest;	/* read the latest committed rows, whatever
 								 * the transaction's snapshot */
 	const char *rules;			/* the hit's SET list (limit.c) */
@@ -65,6 +66,7 @@ typedef enum StatementId
 	STMT_PURGE,
 	STMT_PURGE_BY_KEY,
 	STMT_FLUSH,
+	STMT_FLUSH_IF_SYNCED,
 	STMT_READ_MANY,
 	NUM_STATEMENTS
 } StatementId;
@@ -96,16 +98,16 @@ typedef enum StatementId
  * $3); the SET list, the rules of a limit, is limit.c's.
  */
 #define HIT_SQL(blocked_until) \
-	"INSERT INTO %s.platformkit_limits AS l" \
+	"INSERT INTO %1$s AS l" \
 	" (key, window_start, window_end, count, updated_at)" \
 	" VALUES ($1, $2, $3, $4, $5)" \
-	" ON CONFLICT (key) DO UPDATE SET%s" \
+	" ON CONFLICT (key) DO UPDATE SET%2$s" \
 	" RETURNING " ROW_COLUMNS(blocked_until)
 #define HIT_SQL_3 \
-	"INSERT INTO %s.platformkit_limits AS l" \
+	"INSERT INTO %1$s AS l" \
 	" (key, window_start, window_end, count, updated_at, max_count)" \
 	" VALUES ($1, $2, $3, $4, $5, $6)" \
-	" ON CONFLICT (key) DO UPDATE SET%s" \
+	" ON CONFLICT (key) DO UPDATE SET%2$s" \
 	" RETURNING " ROW_COLUMNS_3
 
 /*
@@ -113,7 +115,7 @@ typedef enum StatementId
  * in C), or as last committed, not locked (a peek).
  */
 #define READ_SQL(columns, lock) \
-	"SELECT " columns " FROM %s.platformkit_limits l" \
+	"SELECT " columns " FROM %1$s l" \
 	" WHERE l.key OPERATOR(pg_catalog.=) $1" lock
 
 /*
@@ -123,7 +125,7 @@ typedef enum StatementId
  * Citus).
  */
 #define INSERT_ROW_SQL \
-	"INSERT INTO %s.platformkit_limits AS l" \
+	"INSERT INTO %1$s AS l" \
 	" (key, window_start, window_end, count, updated_at, blocked_until)" \
 	" VALUES ($1, $2, $3, $4, $5, $6)"
 #define WRITE_SQL INSERT_ROW_SQL \
@@ -136,12 +138,12 @@ typedef enum StatementId
  * read and locked is written by an UPDATE, which finds it by its key.
  */
 #define WRITE_SQL_3 \
-	"UPDATE %s.platformkit_limits AS l SET window_start = $2, window_end = $3," \
+	"UPDATE %1$s AS l SET window_start = $2, window_end = $3," \
 	" count = $4, updated_at = $5, blocked_until = $6, algorithm = $7," \
 	" max_count = $8, previous_count = $9, expires_at = $10" \
 	" WHERE l.key OPERATOR(pg_catalog.=) $1"
 #define CREATE_SQL_3 \
-	"INSERT INTO %s.platformkit_limits AS l" \
+	"INSERT INTO %1$s AS l" \
 	" (key, window_start, window_end, count, updated_at, blocked_until," \
 	"  algorithm, max_count, previous_count, expires_at)" \
 	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)" \
@@ -160,9 +162,9 @@ typedef enum StatementId
  * found has another ctid and is left alone.
  */
 #define PURGE_SQL(end_e, end_l) \
-	"WITH d AS (DELETE FROM %s.platformkit_limits l" \
+	"WITH d AS (DELETE FROM %1$s l" \
 	" WHERE l.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(" \
-	"  SELECT e.ctid FROM %s.platformkit_limits e" \
+	"  SELECT e.ctid FROM %1$s e" \
 	"  WHERE " end_e " OPERATOR(pg_catalog.<) $1" \
 	"  AND " end_e " OPERATOR(pg_catalog.>=) $3" \
 	"  ORDER BY " end_e " LIMIT $2))" \
@@ -181,9 +183,9 @@ typedef enum StatementId
  * replica), so the rows are deleted by key, and only while still expired.
  */
 #define PURGE_BY_KEY_SQL(end_e, end_l) \
-	"WITH d AS (DELETE FROM %s.platformkit_limits l" \
+	"WITH d AS (DELETE FROM %1$s l" \
 	" WHERE l.key OPERATOR(pg_catalog.=) ANY (ARRAY(" \
-	"  SELECT e.key FROM %s.platformkit_limits e" \
+	"  SELECT e.key FROM %1$s e" \
 	"  WHERE " end_e " OPERATOR(pg_catalog.<) $1" \
 	"  AND " end_e " OPERATOR(pg_catalog.>=) $3" \
 	"  ORDER BY " end_e " LIMIT $2))" \
@@ -193,11 +195,11 @@ typedef enum StatementId
 /*
  * The memory path's flush (memory/flush.c): the states of many keys
  * written whole, as one statement over arrays, on the table of 0.3.0 only.
- * The memory path never runs on a Citus table, so this is the one
+ * On Citus it runs on one shard of this node at a time, so this is the one
  * statement that touches many keys but the purge.
  */
 #define FLUSH_SQL \
-	"INSERT INTO %s.platformkit_limits AS l" \
+	"INSERT INTO %1$s AS l" \
 	" (key, window_start, window_end, count, updated_at, blocked_until," \
 	"  algorithm, max_count, previous_count, expires_at)" \
 	" SELECT * FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)," \
@@ -210,19 +212,55 @@ typedef enum StatementId
 	" algorithm = EXCLUDED.algorithm, max_count = EXCLUDED.max_count," \
 	" previous_count = EXCLUDED.previous_count, expires_at = EXCLUDED.expires_at"
 /*
+ * The flush on Citus, on one shard of this node: each row written only if
+ * it is still as this node last read or wrote it ($11: it had a row then,
+ * $12: that row's updated_at), since a call made on another node may have
+ * written it through Citus meanwhile, which the whole state in memory must
+ * not overwrite.  Returns the places (from 1) of the rows written.
+ */
+#define FLUSH_IF_SYNCED_SQL \
+	"WITH x AS (SELECT * FROM ROWS FROM (pg_catalog.unnest($1)," \
+	"  pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4)," \
+	"  pg_catalog.unnest($5), pg_catalog.unnest($6), pg_catalog.unnest($7)," \
+	"  pg_catalog.unnest($8), pg_catalog.unnest($9), pg_catalog.unnest($10)," \
+	"  pg_catalog.unnest($11), pg_catalog.unnest($12))" \
+	"  WITH ORDINALITY AS x(key, window_start, window_end," \
+	"  count, updated_at, blocked_until, algorithm, max_count, previous_count," \
+	"  expires_at, synced, synced_at, i))," \
+	" u AS (UPDATE %1$s l SET window_start = x.window_start," \
+	"  window_end = x.window_end, count = x.count, updated_at = x.updated_at," \
+	"  blocked_until = x.blocked_until, algorithm = x.algorithm," \
+	"  max_count = x.max_count, previous_count = x.previous_count," \
+	"  expires_at = x.expires_at FROM x" \
+	"  WHERE l.key OPERATOR(pg_catalog.=) x.key AND x.synced" \
+	"  AND l.updated_at OPERATOR(pg_catalog.=) x.synced_at RETURNING x.i)," \
+	" n AS (INSERT INTO %1$s AS l (key, window_start, window_end, count," \
+	"  updated_at, blocked_until, algorithm, max_count, previous_count, expires_at)" \
+	"  SELECT x.key, x.window_start, x.window_end, x.count, x.updated_at," \
+	"  x.blocked_until, x.algorithm, x.max_count, x.previous_count, x.expires_at" \
+	"  FROM x WHERE NOT x.synced ON CONFLICT (key) DO NOTHING RETURNING l.key)" \
+	" SELECT u.i FROM u UNION ALL" \
+	" SELECT x.i FROM x, n WHERE x.key OPERATOR(pg_catalog.=) n.key"
+
+/*
  * The memory path's read-in (memory/readin.c): the rows of many keys as
  * last committed, one statement over an array, on the table of 0.3.0 only
- * (and never on Citus, as the flush); each row's key last.  Planned for
+ * (and never on Citus: there a key is read in after a call applied on its
+ * shard); each row's key last.  Planned for
  * each run (a custom plan): a plan kept from when the table was empty (a
  * TRUNCATE invalidates it) scans the whole table for every batch as it
  * grows, until autovacuum's ANALYZE comes by.
  */
 #define READ_MANY_SQL \
-	"SELECT " ROW_COLUMNS_3 ", l.key FROM %s.platformkit_limits l" \
+	"SELECT " ROW_COLUMNS_3 ", l.key FROM %1$s l" \
 	" WHERE l.key OPERATOR(pg_catalog.=) ANY ($1)"
 #define FLUSH_ARGS {TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID, \
 	TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, \
 	TIMESTAMPTZARRAYOID}
+
+#define FLUSH_IF_SYNCED_ARGS {TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, \
+	INT8ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT8ARRAYOID, \
+	INT8ARRAYOID, TIMESTAMPTZARRAYOID, BOOLARRAYOID, TIMESTAMPTZARRAYOID}
 
 #define PURGE_ARGS {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}
 
@@ -239,7 +277,7 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 		[STMT_PEEK] = {READ_SQL(ROW_COLUMNS("NULL::pg_catalog.timestamptz"), ""), 1, {TEXTOID}, true},
 		/* no decided calls on the table of 0.1.0: only 0.2.0 makes them */
 		[STMT_WRITE] = {NULL},
-		[STMT_FORGET] = {"DELETE FROM %s.platformkit_limits l WHERE l.key OPERATOR(pg_catalog.=) $1",
+		[STMT_FORGET] = {"DELETE FROM %1$s l WHERE l.key OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}, false},
 		[STMT_PURGE] = {PURGE_SQL(WINDOW_END_E, WINDOW_END_L), 3, PURGE_ARGS, false},
 		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL(WINDOW_END_E, WINDOW_END_L), 3,
@@ -252,7 +290,7 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 		[STMT_PEEK] = {READ_SQL(ROW_COLUMNS("l.blocked_until"), ""), 1, {TEXTOID}, true},
 		[STMT_WRITE] = {WRITE_SQL, 6, ROW_ARGS, false},
 		[STMT_CREATE] = {CREATE_SQL, 6, ROW_ARGS, false},
-		[STMT_FORGET] = {"DELETE FROM %s.platformkit_limits l WHERE l.key OPERATOR(pg_catalog.=) $1",
+		[STMT_FORGET] = {"DELETE FROM %1$s l WHERE l.key OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}, false},
 		[STMT_PURGE] = {PURGE_SQL(ROW_END_E, ROW_END_L), 3, PURGE_ARGS, false},
 		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL(ROW_END_E, ROW_END_L), 3,
@@ -264,12 +302,13 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 		[STMT_PEEK] = {READ_SQL(ROW_COLUMNS_3, ""), 1, {TEXTOID}, true},
 		[STMT_WRITE] = {WRITE_SQL_3, 10, ROW_ARGS_3, false},
 		[STMT_CREATE] = {CREATE_SQL_3, 10, ROW_ARGS_3, false},
-		[STMT_FORGET] = {"DELETE FROM %s.platformkit_limits l WHERE l.key OPERATOR(pg_catalog.=) $1",
+		[STMT_FORGET] = {"DELETE FROM %1$s l WHERE l.key OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}, false},
 		[STMT_PURGE] = {PURGE_SQL(ROW_END_3_E, ROW_END_3_L), 3, PURGE_ARGS, false},
 		[STMT_PURGE_BY_KEY] = {PURGE_BY_KEY_SQL(ROW_END_3_E, ROW_END_3_L), 3,
 		PURGE_ARGS, false},
 		[STMT_FLUSH] = {FLUSH_SQL, 10, FLUSH_ARGS, false},
+		[STMT_FLUSH_IF_SYNCED] = {FLUSH_IF_SYNCED_SQL, 12, FLUSH_IF_SYNCED_ARGS, false},
 		[STMT_READ_MANY] = {READ_MANY_SQL, 1, {TEXTARRAYOID}, false, NULL,
 		CURSOR_OPT_CUSTOM_PLAN},
 	},
@@ -292,14 +331,101 @@ namespace_changed(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 /*
- * The kept plan of one statement, prepared on first use for the table.  The
- * statements name the schema, so they are prepared again whenever the
- * schema's name changes: a renamed extension schema must never leave them
- * pointing at a table someone else created under the old name.  The name is
- * read again only after a schema changed.
+ * The kept plans of the statements on one shard of a table Citus
+ * distributes by key, which the worker writes directly where the shard is
+ * on its node (citus.c), under the name they were prepared for.
+ */
+typedef struct ShardPlans
+{
+	int64		shardid;		/* the hash key */
+	char		name[2 * NAMEDATALEN + 8];
+	SPIPlanPtr	plans[NUM_VERSIONS][NUM_STATEMENTS];
+} ShardPlans;
+
+static HTAB *shard_plans = NULL;
+
+/* Prepare one statement on target (a quoted, qualified table) and keep it. */
+static SPIPlanPtr
+prepare(Statement *stmt, const char *target)
+{
+	char	   *sql = psprintf(stmt->sql, target, stmt->rules ? stmt->rules : "");
+	SPIPlanPtr	plan = SPI_prepare_cursor(sql, stmt->nargs, stmt->argtypes,
+										  stmt->cursor_options);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for pklimit statement: %s",
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	pfree(sql);
+	return plan;
+}
+
+/* Free every kept plan of every shard. */
+static void
+free_shard_plans(void)
+{
+	HASH_SEQ_STATUS status;
+	ShardPlans *entry;
+
+	if (shard_plans == NULL)
+		return;
+	hash_seq_init(&status, shard_plans);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		for (int v = 0; v < NUM_VERSIONS; v++)
+			for (int i = 0; i < NUM_STATEMENTS; i++)
+				if (entry->plans[v][i])
+					SPI_freeplan(entry->plans[v][i]);
+		(void) hash_search(shard_plans, &entry->shardid, HASH_REMOVE, NULL);
+	}
+}
+
+/* The kept plan of statement id on shard, prepared on first use. */
+static SPIPlanPtr
+get_shard_plan(const PklimitTable *table, StatementId id,
+			   const PklimitShard *shard)
+{
+	Statement  *stmt = &statements[table->version - 1][id];
+	ShardPlans *entry;
+	bool		found;
+
+	if (shard_plans == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(int64);
+		ctl.entrysize = sizeof(ShardPlans);
+		shard_plans = hash_create("pklimit shard plans", 64, &ctl,
+								  HASH_ELEM | HASH_BLOBS);
+	}
+	entry = hash_search(shard_plans, &shard->id, HASH_ENTER, &found);
+	if (!found || strcmp(entry->name, shard->name) != 0)
+	{
+		if (found)
+			for (int v = 0; v < NUM_VERSIONS; v++)
+				for (int i = 0; i < NUM_STATEMENTS; i++)
+					if (entry->plans[v][i])
+						SPI_freeplan(entry->plans[v][i]);
+		memset(entry->plans, 0, sizeof(entry->plans));
+		strlcpy(entry->name, shard->name, sizeof(entry->name));
+	}
+	if (entry->plans[table->version - 1][id] == NULL)
+		entry->plans[table->version - 1][id] = prepare(stmt, shard->name);
+	return entry->plans[table->version - 1][id];
+}
+
+/*
+ * The kept plan of one statement, prepared on first use for the table, or
+ * for one of its shards that this transaction holds on its node.  The
+ * statements name the
+ * schema, so they are prepared again whenever the schema's name changes: a
+ * renamed extension schema must never leave them pointing at a table
+ * someone else created under the old name.  The name is read again only
+ * after a schema changed.
  */
 static SPIPlanPtr
-get_plan(const PklimitTable *table, StatementId id)
+get_plan(const PklimitTable *table, StatementId id, const PklimitShard *shard)
 {
 	static bool callback_registered = false;
 	Statement  *stmt = &statements[table->version - 1][id];
@@ -329,36 +455,28 @@ get_plan(const PklimitTable *table, StatementId id)
 						SPI_freeplan(statements[v][i].plan);
 					statements[v][i].plan = NULL;
 				}
+			free_shard_plans();
 			plans_nspid = table->nspid;
 			strlcpy(plans_nspname, nspname, NAMEDATALEN);
 		}
 		plans_nspname_current = true;
 	}
 
+	if (shard != NULL)
+		return get_shard_plan(table, id, shard);
 	if (stmt->plan == NULL)
-	{
-		const char *quoted = quote_identifier(plans_nspname);
-		char	   *sql = psprintf(stmt->sql, quoted,
-								   stmt->rules ? stmt->rules : quoted);
-		SPIPlanPtr	plan = SPI_prepare_cursor(sql, stmt->nargs,
-											  stmt->argtypes,
-											  stmt->cursor_options);
-
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for pklimit statement: %s",
-				 SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		stmt->plan = plan;
-	}
+		stmt->plan = prepare(stmt,
+							 psprintf("%s.platformkit_limits",
+									  quote_identifier(plans_nspname)));
 	return stmt->plan;
 }
 
 /* Run one statement with pklimit_in_system set; returns SPI's result code. */
 static int
-run(const PklimitTable *table, StatementId id, Datum *values, const char *nulls)
+run_on(const PklimitTable *table, StatementId id, const PklimitShard *shard,
+	   Datum *values, const char *nulls)
 {
-	SPIPlanPtr	plan = get_plan(table, id);
+	SPIPlanPtr	plan = get_plan(table, id, shard);
 	int			rc;
 
 	pklimit_in_system = true;
@@ -376,6 +494,27 @@ run(const PklimitTable *table, StatementId id, Datum *values, const char *nulls)
 	}
 	PG_END_TRY();
 	return rc;
+}
+
+/*
+ * Run one statement on the table, or, for a statement on one key (its first
+ * argument) in a unit that runs on this node alone (table->direct), on the
+ * key's shard.
+ */
+static int
+run(const PklimitTable *table, StatementId id, Datum *values, const char *nulls)
+{
+	const PklimitShard *shard = NULL;
+
+	if (table->direct &&
+		statements[table->version - 1][id].argtypes[0] == TEXTOID)
+	{
+		char	   *key = TextDatumGetCString(values[0]);
+
+		shard = pklimit_shard_usable(table, key);
+		pfree(key);
+	}
+	return run_on(table, id, shard, values, nulls);
 }
 
 /* Column col of result row r, or 0 for NULL. */
@@ -572,14 +711,23 @@ pklimit_store_write(const PklimitTable *table, const char *stored_key,
 
 /*
  * Write the n rows (each with a state) of keys whole, as they are in memory,
- * in one statement (the memory path's flush).
+ * in one statement (the memory path's flush): on the table, or on shard,
+ * which holds every one of the keys and which this transaction holds on its
+ * node.  With synced (on Citus), a row is written only if it is still as
+ * this node last had it: synced[i], whether it had a row then, synced_at[i]
+ * its updated_at; written[i] says whether it was.
  */
 void
-pklimit_store_flush(const PklimitTable *table, const char *const *keys,
-					const PklimitRow *rows, int n)
+pklimit_store_flush(const PklimitTable *table, const PklimitShard *shard,
+					const char *const *keys, const PklimitRow *rows, int n,
+					const bool *synced, const TimestampTz *synced_at,
+					bool *written)
 {
-	/* the element types of FLUSH_ARGS, in its order */
-	static const Oid types[] = ROW_ARGS_3;
+	/* the element types of FLUSH_IF_SYNCED_ARGS, in its order */
+	static const Oid types[] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID,
+	TIMESTAMPTZOID, BOOLOID, TIMESTAMPTZOID};
+	int			ncolumns = synced ? lengthof(types) : 10;
 	Datum	   *columns[lengthof(types)];
 	bool	   *column_nulls[lengthof(types)];
 	Datum		values[lengthof(types)];
@@ -588,7 +736,7 @@ pklimit_store_flush(const PklimitTable *table, const char *const *keys,
 	if (table->version < 3)
 		elog(ERROR, "pklimit: a flush on the table of version %d",
 			 table->version);
-	for (int c = 0; c < lengthof(types); c++)
+	for (int c = 0; c < ncolumns; c++)
 	{
 		columns[c] = palloc(sizeof(Datum) * n);
 		column_nulls[c] = palloc0(sizeof(bool) * n);
@@ -611,14 +759,37 @@ pklimit_store_flush(const PklimitTable *table, const char *const *keys,
 		column_nulls[7][i] = row->no_max_count;
 		column_nulls[8][i] = column_nulls[9][i] =
 			(row->algorithm != PKLIMIT_SLIDING);
+		if (synced)
+		{
+			columns[10][i] = BoolGetDatum(synced[i]);
+			columns[11][i] = TimestampTzGetDatum(synced_at[i]);
+		}
 	}
-	for (int c = 0; c < lengthof(types); c++)
+	for (int c = 0; c < ncolumns; c++)
 		values[c] = array_datum(columns[c], column_nulls[c], n, types[c]);
-	rc = run(table, STMT_FLUSH, values, NULL);
-	if (rc != SPI_OK_INSERT || SPI_processed != (uint64) n)
-		elog(ERROR, "pklimit: a flush of %d rows returned %d, " UINT64_FORMAT " rows",
-			 n, rc, SPI_processed);
-	for (int c = 0; c < lengthof(types); c++)
+	if (synced == NULL)
+	{
+		rc = run_on(table, STMT_FLUSH, shard, values, NULL);
+		if (rc != SPI_OK_INSERT || SPI_processed != (uint64) n)
+			elog(ERROR, "pklimit: a flush of %d rows returned %d, " UINT64_FORMAT " rows",
+				 n, rc, SPI_processed);
+	}
+	else
+	{
+		rc = run_on(table, STMT_FLUSH_IF_SYNCED, shard, values, NULL);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "pklimit: a flush of %d rows returned %d", n, rc);
+		memset(written, 0, sizeof(bool) * n);
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			int64		i = DatumGetInt64(get_col(r, 1));
+
+			if (i >= 1 && i <= n)
+				written[i - 1] = true;
+		}
+		SPI_freetuptable(SPI_tuptable);
+	}
+	for (int c = 0; c < ncolumns; c++)
 	{
 		pfree(columns[c]);
 		pfree(column_nulls[c]);

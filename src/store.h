@@ -12,6 +12,31 @@
 
 #include "limit.h"
 
+/*
+ * One shard of a table Citus distributes by key (citus.c): its hash range,
+ * whether it is on this node and, then, whether this transaction holds it
+ * here (locked against a move).
+ */
+typedef struct PklimitShard
+{
+	int64		id;
+	int32		min;
+	int32		max;
+	bool		local;
+	bool		locked;
+	char		name[2 * NAMEDATALEN + 8];	/* schema-qualified, quoted */
+} PklimitShard;
+
+/* The shards of one distributed table, by ascending hash range. */
+typedef struct PklimitShardMap
+{
+	Oid			relid;
+	bool		stale;			/* Citus changed the table's metadata */
+	Oid			collation;		/* of the key column, for its hash */
+	int			nshards;
+	PklimitShard *shards;
+} PklimitShardMap;
+
 /* pklimit's table, as one transaction found it (table.c). */
 typedef struct PklimitTable
 {
@@ -21,6 +46,10 @@ typedef struct PklimitTable
 	int			version;		/* 1: the table of 0.1.0; 2: of 0.2.0; 3: of
 								 * 0.3.0 */
 	bool		citus;			/* distributed or replicated by Citus */
+	PklimitShardMap *shards;	/* distributed by key: its shards, those on
+								 * this node locked for the transaction */
+	bool		direct;			/* statements on a key whose shard is locked
+								 * here run on the shard itself */
 } PklimitTable;
 
 /* table.c */
@@ -28,6 +57,15 @@ extern void pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table);
 extern bool pklimit_table_free(Oid nspid);
 extern bool pklimit_table_oldest_end(Oid nspid, TimestampTz *oldest,
 									 bool *found);
+
+/* citus.c */
+extern bool pklimit_shards_prepare(PklimitTable *table,
+								   const char *const *keys, int n);
+extern PklimitShard *pklimit_shard_of(const PklimitShardMap *map,
+									  const char *stored_key);
+extern PklimitShard *pklimit_shard_usable(const PklimitTable *table,
+										  const char *stored_key);
+extern uint64 pklimit_shards_generation(void);
 
 /* store.c */
 extern void pklimit_store_hit(const PklimitTable *table, const char *stored_key,
@@ -44,8 +82,11 @@ extern void pklimit_store_write(const PklimitTable *table,
 extern bool pklimit_store_forget(const PklimitTable *table,
 								 const char *stored_key);
 extern void pklimit_store_flush(const PklimitTable *table,
+								const PklimitShard *shard,
 								const char *const *keys,
-								const PklimitRow *rows, int n);
+								const PklimitRow *rows, int n,
+								const bool *synced,
+								const TimestampTz *synced_at, bool *written);
 extern int64 pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff,
 								 int64 limit, TimestampTz *from);
 

@@ -179,6 +179,8 @@ pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table)
 	 * sees the rows there, and any other would count from nothing.
 	 */
 	table->citus = is_citus_table(relid, on_citus);
+	table->shards = NULL;
+	table->direct = false;
 	if (!table->citus)
 		return;
 	if (!superuser_arg(table->owner) && !has_bypassrls_privilege(table->owner))

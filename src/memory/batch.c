@@ -388,16 +388,20 @@ pklimit_memory_pass_take(PklimitMemoryPass *pass, PklimitEntry **entries,
 /*
  * In the transaction that applied the n entries, before its commit: the
  * rows of the memory calls' keys as it leaves them, to read in after the
- * commit.  Not on a Citus table (each node would count apart), nor on a
- * table before 0.3.0, nor while memory lags (a fallen-back call costs one
- * durable call).
+ * commit.  On Citus only keys whose shards this transaction holds on this
+ * node, read there: a key is decided in memory only on the node that holds
+ * it (elsewhere each node would count apart).  Not on a table before 0.3.0,
+ * nor while memory lags (a fallen-back call costs one durable call).
  */
 void
 pklimit_memory_pass_read_rows(PklimitMemoryPass *pass, PklimitEntry **entries,
 							  int n, const PklimitTable *table)
 {
 	bool		can = pklimit_memory_keys > 0 && table->version >= 3 &&
-	!table->citus && !pklimit_memory_lagging();
+	!pklimit_memory_lagging();
+	PklimitTable here = *table;
+
+	here.direct = true;
 
 	pass->relid = table->relid;
 	pass->generation = can ? pklimit_memory_generation() : 0;
@@ -407,7 +411,8 @@ pklimit_memory_pass_read_rows(PklimitMemoryPass *pass, PklimitEntry **entries,
 
 		e->memory_read = false;
 		if (!can || !e->request.call.memory || e->answer.status != PKLIMIT_OK ||
-			e->memory_kept_out)
+			e->memory_kept_out ||
+			(table->citus && pklimit_shard_usable(table, e->request.key) == NULL))
 			continue;
 		for (int k = 0; k < j && !e->memory_read; k++)
 			if (entries[k]->memory_read &&
@@ -418,7 +423,7 @@ pklimit_memory_pass_read_rows(PklimitMemoryPass *pass, PklimitEntry **entries,
 			}
 		if (!e->memory_read)
 		{
-			(void) pklimit_store_read(table, e->request.key, false,
+			(void) pklimit_store_read(&here, e->request.key, false,
 									  &e->memory_row);
 			e->memory_read = true;
 		}

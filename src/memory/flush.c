@@ -64,47 +64,128 @@ pklimit_flush_wait_ms(void)
 	return (long) Max(left / 1000, 0);
 }
 
-/* Write the copies to be written, FLUSH_ROWS a statement; returns how many. */
+/*
+ * Write the copies to be written, FLUSH_ROWS a statement; returns how many.
+ * With shard (on Citus), only those whose keys that shard holds, each only
+ * over its row as this node last had it: a copy whose row another node
+ * wrote meanwhile is not written, and is marked in dropped[].
+ */
 static int
-write_copies(const PklimitTable *table, const MemoryCopy *copies, int n)
+write_copies(const PklimitTable *table, const PklimitShard *shard,
+			 MemoryCopy *copies, int n, bool *dropped)
 {
 	const char **keys = palloc(sizeof(char *) * FLUSH_ROWS);
 	PklimitRow *rows = palloc(sizeof(PklimitRow) * FLUSH_ROWS);
-	int			written = 0;
+	bool	   *synced = palloc(sizeof(bool) * FLUSH_ROWS);
+	TimestampTz *synced_at = palloc(sizeof(TimestampTz) * FLUSH_ROWS);
+	bool	   *written = palloc(sizeof(bool) * FLUSH_ROWS);
+	int		   *index = palloc(sizeof(int) * FLUSH_ROWS);
+	int			nwritten = 0;
 	int			m = 0;
 
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i <= n; i++)
 	{
-		if (!copies[i].write)
-			continue;
-		keys[m] = copies[i].stored_key;
-		rows[m++] = copies[i].row;
-		if (m == FLUSH_ROWS)
+		if (i < n)
 		{
-			pklimit_store_flush(table, keys, rows, m);
-			written += m;
+			if (!copies[i].write ||
+				(shard != NULL &&
+				 pklimit_shard_usable(table, copies[i].stored_key) != shard))
+				continue;
+			keys[m] = copies[i].stored_key;
+			rows[m] = copies[i].row;
+			synced[m] = copies[i].synced;
+			synced_at[m] = copies[i].synced_at;
+			index[m++] = i;
+		}
+		if (m == FLUSH_ROWS || (i == n && m > 0))
+		{
+			pklimit_store_flush(table, shard, keys, rows, m,
+								shard ? synced : NULL, synced_at, written);
+			for (int j = 0; j < m; j++)
+			{
+				if (shard == NULL || written[j])
+					nwritten++;
+				else
+				{
+					copies[index[j]].write = false;
+					dropped[index[j]] = true;
+				}
+			}
 			m = 0;
 		}
 	}
-	if (m > 0)
-	{
-		pklimit_store_flush(table, keys, rows, m);
-		written += m;
-	}
 	pfree(keys);
 	pfree(rows);
+	pfree(synced);
+	pfree(synced_at);
+	pfree(written);
+	pfree(index);
+	return nwritten;
+}
+
+/*
+ * On a table Citus distributes by key: the copies written on the shards of
+ * this node that hold them, each shard held here for the transaction
+ * (citus.c), and each row only over the row this node last had.  A key
+ * whose shard is no longer here (moved to another node since it was read
+ * in), or whose row a call made on another node wrote meanwhile (through
+ * Citus), is not written: a write of this state would overwrite counts
+ * this node has not seen.  Its copy is marked in *dropped, and it leaves
+ * memory after the commit: its events since the last flush are lost, as at
+ * a crash.  Returns how many were written.
+ */
+static int
+write_copies_on_shards(PklimitTable *table, MemoryCopy *copies, int n,
+					   bool *dropped)
+{
+	const char **keys = palloc(sizeof(char *) * Max(n, 1));
+	int			written = 0;
+
+	for (int i = 0; i < n; i++)
+		keys[i] = copies[i].stored_key;
+	if (!pklimit_shards_prepare(table, keys, n))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("pklimit could not hold its shards: Citus moved them meanwhile")));
+	for (int i = 0; i < n; i++)
+	{
+		const PklimitShard *shard = pklimit_shard_usable(table, keys[i]);
+		bool		first = true;
+
+		if (shard == NULL)
+		{
+			dropped[i] = true;
+			copies[i].write = false;
+			continue;
+		}
+		/* each shard once, at its first key */
+		for (int j = 0; j < i && first; j++)
+			first = pklimit_shard_usable(table, keys[j]) != shard;
+		if (first)
+			written += write_copies(table, shard, copies, n, dropped);
+	}
+	pfree(keys);
 	return written;
 }
 
 /*
+ * The Citus shard map as of the last committed flush that looked at every
+ * key in memory (pklimit_shards_generation()): a map changed since may have
+ * moved unchanged keys' shards away too.
+ */
+static uint64 shards_checked = 0;
+
+/*
  * In the transaction begun: pklimit's table found, and this database's keys
  * (every changed one, or those of the n requests) collected into *copies,
- * in memory_context so that they outlive an abort.  Returns how many.
+ * in memory_context so that they outlive an abort; on Citus after the shard
+ * map changed, every key, so that those whose shards moved away leave
+ * memory (*generation: the map's, for shards_checked).  Returns how many.
  */
 static int
 collect(PklimitSession *session, MemoryContext memory_context,
 		const PklimitRequest *requests, int n, PklimitTable *table,
-		MemoryCopy **copies)
+		MemoryCopy **copies, uint64 *generation)
 {
 	Oid			nspid = pklimit_extension_namespace();
 	MemoryContext old;
@@ -112,10 +193,13 @@ collect(PklimitSession *session, MemoryContext memory_context,
 
 	if (OidIsValid(nspid))
 		pklimit_table_open(nspid, session->on_citus, table);
+	*generation = pklimit_shards_generation();
 	old = MemoryContextSwitchTo(memory_context);
 	ncopies = pklimit_memory_collect(copies,
 									 table->version >= 3 ? table->relid :
-									 InvalidOid, requests, n);
+									 InvalidOid, requests, n,
+									 table->citus && requests == NULL &&
+									 *generation != shards_checked);
 	MemoryContextSwitchTo(old);
 	return ncopies;
 }
@@ -133,6 +217,8 @@ pklimit_memory_write_out(PklimitSession *session, MemoryContext memory_context,
 						 ErrorData **error, int *nwritten)
 {
 	MemoryCopy *volatile copies = NULL;
+	bool	   *volatile dropped = NULL;
+	volatile uint64 generation = 0;
 	volatile int ncopies = 0;
 	volatile int written = 0;
 	volatile bool committed = false;
@@ -143,17 +229,28 @@ pklimit_memory_write_out(PklimitSession *session, MemoryContext memory_context,
 	{
 		PklimitTable table = {0};
 		MemoryCopy *c;
+		uint64		g;
 
 		pklimit_begin_transaction("pklimit: writing keys in memory to the table");
-		ncopies = collect(session, memory_context, requests, n, &table, &c);
+		ncopies = collect(session, memory_context, requests, n, &table, &c,
+						  &g);
 		copies = c;
+		generation = g;
 		if (ncopies > 0)
 		{
 			PklimitUser worker;
 
 			pklimit_remember_user(&worker);
 			pklimit_become_owner(&worker, table.owner);
-			written = write_copies(&table, copies, ncopies);
+			if (table.citus)
+			{
+				dropped = MemoryContextAllocZero(memory_context,
+												 sizeof(bool) * ncopies);
+				written = write_copies_on_shards(&table, copies, ncopies,
+												 dropped);
+			}
+			else
+				written = write_copies(&table, NULL, copies, ncopies, NULL);
 			pklimit_restore_user(&worker);
 		}
 		(void) pklimit_commit_transaction();
@@ -172,6 +269,10 @@ pklimit_memory_write_out(PklimitSession *session, MemoryContext memory_context,
 	MemoryContextSwitchTo(memory_context);
 	pklimit_report_idle();
 
+	if (committed && dropped != NULL)
+		pklimit_memory_drop(copies, dropped, ncopies);
+	if (committed && requests == NULL)
+		shards_checked = generation;
 	if (requests != NULL)
 		pklimit_memory_leave(copies, ncopies, !committed);
 	else if (committed)

@@ -86,6 +86,8 @@ try_read_in(const MemoryTag *tag, const MemoryTag *area_tag, uint32 hashcode,
 		k->leaving = false;
 		k->row = *row;
 		k->changes = k->written = 0;
+		k->synced = row->exists;
+		k->synced_at = row->updated_at;
 		k->uses = used ? 1 : 0;
 		k->last_used = used_now();
 	}
@@ -151,6 +153,8 @@ copy_key(MemoryCopy *c, int item, MemoryKey *k, bool write)
 	c->row = k->row;
 	c->changes = k->changes;
 	c->write = write;
+	c->synced = k->synced;
+	c->synced_at = k->synced_at;
 }
 
 /*
@@ -204,11 +208,12 @@ discard_stale(int i, MemoryKey *k, Oid relid)
 /*
  * The changed keys of this database, copied into *copies (palloc'd): those
  * still current, of table relid, changed since their last flush, with a
- * row.  Stale keys (of a dropped extension, or of another table than
- * relid) are discarded.  Returns how many.
+ * row; with all, the others too, not to be written.  Stale keys (of a
+ * dropped extension, or of another table than relid) are discarded.
+ * Returns how many.
  */
 static int
-collect_changed(MemoryCopy **copies, Oid relid)
+collect_changed(MemoryCopy **copies, Oid relid, bool all)
 {
 	int			size = 64;
 	int			ncopies = 0;
@@ -236,6 +241,8 @@ collect_changed(MemoryCopy **copies, Oid relid)
 			stale = !key_current(k) || k->relid != relid;
 			if (!stale && k->changes != k->written && k->row.exists)
 				copy_key(&c[ncopies++], i, k, true);
+			else if (!stale && all)
+				copy_key(&c[ncopies++], i, k, false);
 		}
 		LWLockRelease(lock);
 		if (stale)
@@ -248,18 +255,19 @@ collect_changed(MemoryCopy **copies, Oid relid)
 /*
  * Keys of this database copied for a write (flush.c) into *copies
  * (palloc'd): with requests, the keys of the n requests, marked on their
- * way out, changed or not; without, every changed key (collect_changed).
- * Returns how many were copied.
+ * way out, changed or not; without, every changed key, or with all every
+ * key, the changed ones to be written (collect_changed).  Returns how many
+ * were copied.
  */
 int
 pklimit_memory_collect(MemoryCopy **copies, Oid relid,
-					   const PklimitRequest *requests, int n)
+					   const PklimitRequest *requests, int n, bool all)
 {
 	*copies = NULL;
 	if (!memory_on())
 		return 0;
 	if (requests == NULL)
-		return collect_changed(copies, relid);
+		return collect_changed(copies, relid, all);
 	*copies = palloc(sizeof(MemoryCopy) * n);
 	return collect_leaving(*copies, relid, requests, n);
 }
@@ -277,6 +285,12 @@ pklimit_memory_written(const MemoryCopy *copies, int n)
 		LWLockAcquire(lock, LW_EXCLUSIVE);
 		if (item->key == k && copies[i].changes > k->written)
 			k->written = copies[i].changes;
+		if (item->key == k && copies[i].write)
+		{
+			/* the row is as written now */
+			k->synced = true;
+			k->synced_at = copies[i].row.updated_at;
+		}
 		LWLockRelease(lock);
 	}
 }
@@ -308,6 +322,44 @@ pklimit_memory_leave(const MemoryCopy *copies, int n, bool stay)
 		LWLockRelease(lock);
 	}
 	LWLockRelease(control_lock());
+}
+
+/*
+ * The keys of the copies marked dropped come out of memory unwritten, if
+ * they are still the keys copied: on Citus, their shards moved to another
+ * node, or a call made on another node wrote their rows (flush.c).  Logged, since their events since the last flush are
+ * lost.
+ */
+void
+pklimit_memory_drop(const MemoryCopy *copies, const bool *dropped, int n)
+{
+	int			ndropped = 0;
+
+	LWLockAcquire(control_lock(), LW_EXCLUSIVE);
+	for (int i = 0; i < n; i++)
+	{
+		DirectoryItem *item = &pklimit_memory_directory[copies[i].item];
+		LWLock	   *lock;
+
+		if (!dropped[i])
+			continue;
+		lock = partition_lock(item->hashcode);
+		LWLockAcquire(lock, LW_EXCLUSIVE);
+		if (item->key == copies[i].key)
+		{
+			pklimit_memory_remove(copies[i].item);
+			ndropped++;
+		}
+		LWLockRelease(lock);
+	}
+	LWLockRelease(control_lock());
+	if (ndropped > 0)
+		ereport(LOG,
+				(errmsg_plural("pklimit dropped %d key from memory unwritten: another node holds its shard or wrote its row",
+							   "pklimit dropped %d keys from memory unwritten: another node holds their shards or wrote their rows",
+							   ndropped, ndropped),
+				 errdetail("Their events since their last flush are lost, as at a crash."),
+				 errhint("Send each call to the node that holds its key: pklimit_node(key) names it.")));
 }
 
 /*

@@ -89,6 +89,9 @@ typedef struct MemoryKey
 	uint8		uses;			/* calls on it since read in, the call that
 								 * read it in counted, up to 2: 1 is a key
 								 * used once (admission, readin.c) */
+	bool		synced;			/* its row existed when last read or written */
+	TimestampTz synced_at;		/* that row's updated_at (the flush on Citus
+								 * writes only over it: flush.c) */
 } MemoryKey;
 
 /*
@@ -263,6 +266,8 @@ typedef struct MemoryCopy
 	MemoryKey  *key;			/* the key, to find it unchanged */
 	uint64		changes;		/* its changes when copied */
 	bool		write;			/* to be written (current, changed) */
+	bool		synced;			/* the key's synced and synced_at */
+	TimestampTz synced_at;
 	char		stored_key[PKLIMIT_MAX_READABLE_KEY + 1];
 	PklimitRow	row;
 } MemoryCopy;
@@ -297,8 +302,11 @@ extern int	pklimit_memory_read_in(const char *stored_key, Oid nspid,
 								   const PklimitRow *row, bool used,
 								   MemoryPlace place);
 extern int	pklimit_memory_collect(MemoryCopy **copies, Oid relid,
-								   const PklimitRequest *requests, int n);
+								   const PklimitRequest *requests, int n,
+								   bool all);
 extern void pklimit_memory_written(const MemoryCopy *copies, int n);
+extern void pklimit_memory_drop(const MemoryCopy *copies, const bool *dropped,
+								int n);
 extern void pklimit_memory_leave(const MemoryCopy *copies, int n, bool stay);
 
 /* readin.c */

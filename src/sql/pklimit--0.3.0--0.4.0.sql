@@ -130,6 +130,26 @@ CREATE OR REPLACE VIEW @extschema@.pklimit_stats AS
 
 DROP FUNCTION @extschema@.pklimit_memory_stats_0_4();
 
+-- 0.4.0: routing on Citus (docs/citus.md): the stored key a call makes of a
+-- key under the session's tenant, and the node that holds its row.
+CREATE FUNCTION @extschema@.pklimit_stored_key(key pg_catalog.text)
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'pklimit_stored_key_sql'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pklimit_stored_key(pg_catalog.text) IS
+'The key of the row that calls on key count in, under the session''s platformkit.tenant: what Citus hashes to place the row.';
+
+CREATE FUNCTION @extschema@.pklimit_node(key pg_catalog.text,
+	OUT node_name pg_catalog.text, OUT node_port pg_catalog.int4,
+	OUT shard_id pg_catalog.int8)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pklimit_node'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pklimit_node(pg_catalog.text) IS
+'On Citus, the node (name and port, as Citus knows it) and the shard that hold the row of key under the session''s platformkit.tenant: a call sent there runs on that node alone. All NULL where platformkit_limits is not distributed by key.';
+
 --@include replace_end.sql
 
 COMMENT ON COLUMN @extschema@.platformkit_limits.window_start IS

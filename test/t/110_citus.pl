@@ -86,7 +86,8 @@ sub key_on_other_node
 	die "no key of $prefix on another node";
 }
 
-# Run pgbench with $script on $node in the background.
+# Run pgbench with $script on $node in the background, in $pgbench_db.
+my $pgbench_db = 'postgres';
 sub start_pgbench
 {
 	my ($node, $script_name, $script, @args) = @_;
@@ -96,7 +97,7 @@ sub start_pgbench
 	close $fh;
 	my ($out, $err) = ('', '');
 	my $h = IPC::Run::start(['pgbench', '-n', '-h', $node->host, '-p', $node->port,
-		'-f', $file, @args, 'postgres'], '>', \$out, '2>', \$err);
+		'-f', $file, @args, $pgbench_db], '>', \$out, '2>', \$err);
 	return sub { $h->finish; return ($h->result(0), $out, $err) };
 }
 
@@ -476,5 +477,214 @@ is($coord->safe_psql('upd', q{
 		$$SELECT count(*) FROM pg_class WHERE relname LIKE 'platformkit_limits%'
 		   OR oid IN (SELECT objid FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid WHERE e.extname = 'pklimit')$$)}),
 	'0,0', 'docs/citus.md\'s way to drop pklimit leaves no table, shard or object on the worker nodes');
+
+# --- every node holds shards, as docs/citus.md sets it up, and each call
+# made on the node that holds its key runs there alone.  Database routed,
+# created at 0.3.0 and updated, so the update is seen to keep the layout.
+citus_database('routed');
+$pgbench_db = 'routed';
+$coord->safe_psql('routed', sprintf(q{
+	SELECT citus_set_node_property('%s', %d, 'shouldhaveshards', true);
+	CREATE EXTENSION pklimit VERSION '0.3.0';
+	SELECT create_distributed_table('platformkit_limits', 'key');
+	ALTER EXTENSION pklimit UPDATE;}, $coord->host, $coord->port));
+is($coord->safe_psql('routed', q{
+	SELECT count(DISTINCT nodeport) FROM pg_dist_shard_placement p JOIN pg_dist_shard s USING (shardid)
+	 WHERE s.logicalrelid = 'platformkit_limits'::regclass}), '3', 'every node holds shards');
+
+# pklimit_node() names the node and shard Citus places the stored key in,
+# with and without a tenant, for readable and digested keys
+for my $tenant ('', 'acme')
+{
+	is($workers[0]->safe_psql('routed', qq{
+		SET platformkit.tenant = '$tenant';
+		SELECT count(*) FILTER (WHERE n.shard_id = get_shard_id_for_distribution_column('platformkit_limits', pklimit_stored_key(k))
+			AND n.node_port = (SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = n.shard_id)),
+			count(DISTINCT n.node_port)
+		  FROM (SELECT CASE WHEN i % 10 = 0 THEN repeat('long', 100) || i ELSE 'route-' || i END AS k
+				  FROM generate_series(1, 300) i) keys, LATERAL pklimit_node(k) n}),
+		'300|3', "pklimit_node agrees with Citus for 300 keys" . ($tenant ? " of tenant $tenant" : ''));
+}
+is($coord->safe_psql('routed', "SELECT (pklimit_node('x')).node_port IS NULL"), 'f', 'pklimit_node names a node on Citus');
+my %routed_node = map { ($_->port => $_) } @nodes;
+# a key held by each node
+sub key_held_by
+{
+	my ($node, $prefix) = @_;
+	for my $i (1 .. 200)
+	{
+		return "$prefix-$i" if $node->safe_psql('routed', "SELECT (pklimit_node('$prefix-$i')).node_port") == $node->port;
+	}
+	die "no key of $prefix on " . $node->name;
+}
+
+# a call on its key's node writes that node alone: with the two other nodes
+# stopped, it is still answered by the store and counted exactly; a call on
+# a key held by a stopped node is not
+my $own = key_held_by($workers[0], 'own');
+my $elsewhere = key_held_by($workers[1], 'elsewhere');
+$workers[0]->safe_psql('routed', "SELECT pklimit_allow('$own', 100, '1 hour')");
+my $prepared = $workers[0]->safe_psql('routed', 'SELECT count(*) FROM pg_dist_transaction');
+$_->stop('fast') for ($coord, $workers[1]);
+is($workers[0]->safe_psql('routed', join('', map { qq{
+	SELECT concat_ws(':', allowed, count, status) FROM pklimit_check('$own', 100, '1 hour');} } 1 .. 3)),
+	"t:2:ok\nt:3:ok\nt:4:ok", "calls on $own on its own node, the other nodes stopped: answered by the store, counted");
+is($workers[0]->safe_psql('routed', qq{
+	SET pklimit.timeout = '300ms';
+	SELECT status <> 'ok' FROM pklimit_check('$elsewhere', 100, '1 hour')}),
+	't', "a call on $elsewhere, whose node is stopped, is not answered by the store");
+$_->start for ($coord, $workers[1]);
+ok($workers[0]->poll_query_until('routed', "SELECT status = 'ok' FROM pklimit_check('$elsewhere', 100, '1 hour')"),
+	'once they run again, calls on their keys are answered again');
+is($workers[0]->safe_psql('routed', 'SELECT count(*) FROM pg_dist_transaction'), $prepared,
+	'no two-phase commit for calls on the node\'s own keys');
+is($coord->safe_psql('routed', "SELECT pklimit_count('$own')"), '4', "the count of $own, read from the coordinator");
+
+# tenants: the tenant's stored key names the node; a call there counts in the
+# tenant's row, on that node, as a role that is neither superuser nor BYPASSRLS
+$coord->safe_psql('routed', q{
+	CREATE ROLE app_routed LOGIN;
+	GRANT USAGE ON SCHEMA public TO app_routed;});
+my $tenant_port = $coord->safe_psql('routed', q{
+	SET ROLE app_routed; SET platformkit.tenant = 'acme'; SELECT (pklimit_node('plan')).node_port});
+my $tenant_node = $routed_node{$tenant_port};
+is($tenant_node->safe_psql('routed', q{
+	SET ROLE app_routed; SET platformkit.tenant = 'acme';
+	SELECT pklimit_allow('plan', 5, '1 hour'), pklimit_allow('plan', 5, '1 hour');
+	RESET platformkit.tenant;
+	SELECT pklimit_count('plan')}), "t|t\n0", 'routed calls of tenant acme count in its row, not the default one');
+is($coord->safe_psql('routed', q{
+	SELECT nodeport FROM pg_dist_shard_placement
+	 WHERE shardid = get_shard_id_for_distribution_column('platformkit_limits', 't4:acme:plan')}),
+	$tenant_port, 'and that row lives on the node pklimit_node named');
+
+# a routed call in a transaction block the caller rolls back is kept, once
+my $rolled = key_held_by($workers[1], 'rolled');
+$workers[1]->safe_psql('routed', "BEGIN; SELECT pklimit_allow('$rolled', 5, '1 hour'); ROLLBACK;");
+is($workers[1]->safe_psql('routed', "SELECT pklimit_count('$rolled')"), '1',
+	'a routed call in a rolled-back transaction block is kept, once');
+
+# several keys on several nodes: still all or none
+my $here = key_held_by($workers[0], 'both-here');
+my $there = key_held_by($workers[1], 'both-there');
+my $both = qq{SELECT string_agg(concat_ws(':', allowed, count), ' ')
+	FROM pklimit_check_all(ARRAY['$here', '$there'], ARRAY[2, 1], ARRAY['1 hour', '1 hour']::interval[],
+		record_refused => false)};
+is($workers[0]->safe_psql('routed', $both), 't:1 t:1', 'two keys on two nodes, from one of them');
+is($workers[0]->safe_psql('routed', $both), 't:1 f:1', 'refused by one (record_refused => false)');
+is($workers[0]->safe_psql('routed', "SELECT pklimit_count('$here') || ',' || pklimit_count('$there')"), '1,1',
+	'each key holds only the call allowed on both');
+
+# a shard moved while calls run on its keys from the node that held it, and
+# moved back: every call is answered, none lost or counted twice (with
+# writes blocked: logical replication refuses a table with row level
+# security, docs/citus.md)
+my $shard = $workers[0]->safe_psql('routed', "SELECT (pklimit_node('$own')).shard_id");
+$workers[0]->safe_psql('routed', qq{
+	CREATE TABLE move_keys AS
+	SELECT row_number() OVER () AS id, k AS key FROM (
+		SELECT 'move-' || i AS k FROM generate_series(1, 3000) i) c
+	 WHERE (pklimit_node(k)).shard_id = $shard LIMIT 20;
+	SELECT pklimit_stats_reset()});
+is($workers[0]->safe_psql('routed', 'SELECT count(*) FROM move_keys'), '20', "20 keys in shard $shard");
+for my $move (['there', $workers[0], $workers[1]], ['back', $workers[1], $workers[0]])
+{
+	my ($mode, $from, $to) = @$move;
+	my $load = start_pgbench($workers[0], "move_$mode", q{
+SET pklimit.timeout = '60s';
+\set i random(1, 20)
+SELECT pklimit_allow(key, 1000000, '1 hour') FROM move_keys WHERE id = :i;
+}, '-c', '4', '-j', '2', '-t', '300');
+	ok($workers[0]->poll_query_until('routed', 'SELECT allowed > 0 FROM pklimit_stats WHERE datname = current_database()'),
+		"$mode: calls are running");
+	$coord->safe_psql('routed', sprintf(q{
+		SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, shard_transfer_mode => 'block_writes')},
+		$shard, $from->host, $from->port, $to->host, $to->port));
+	($rc, $out, $err) = $load->();
+	is($rc, 0, "$mode: pgbench ran") or diag($err);
+	is($coord->safe_psql('routed', "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shard"),
+		$to->port, "$mode: the shard moved to " . $to->name);
+	$workers[0]->safe_psql('routed', 'SELECT pklimit_stats_reset()');
+}
+is($workers[0]->safe_psql('routed', q{
+	SELECT sum(l.count) FROM move_keys m JOIN platformkit_limits l ON l.key = 'g:' || m.key}),
+	'2400', 'two moves under 2,400 calls: every call counted once');
+is($coord->safe_psql('routed', "SELECT pklimit_count('$own')"), '4', "$own, in the moved shard, keeps its count");
+
+# --- the memory path on Citus: a key is decided in memory only on the node
+# that holds it, and flushed to its shard there
+my $mem = key_held_by($workers[0], 'mem');
+my $mem_elsewhere = key_held_by($workers[1], 'mem-elsewhere');
+$workers[0]->safe_psql('routed', 'SELECT pklimit_stats_reset()');
+is($workers[0]->safe_psql('routed', qq{
+	SELECT count(*) FILTER (WHERE pklimit_allow('$mem', 1000, '1 hour', durable => false))
+	  FROM generate_series(1, 10)}), '10', "10 memory calls on $mem, on its node");
+is($workers[0]->safe_psql('routed', q{
+	SELECT memory_calls >= 9 FROM pklimit_stats WHERE datname = current_database()}), 't',
+	'decided in memory there (the first read the key in)');
+ok($coord->poll_query_until('routed', "SELECT pklimit_count('$mem') = 10"),
+	'flushed to its shard: the coordinator reads the 10 events');
+is($workers[0]->safe_psql('routed', qq{
+	SELECT count(*) FILTER (WHERE pklimit_allow('$mem_elsewhere', 1000, '1 hour', durable => false))
+	  FROM generate_series(1, 5)}), '5', "5 memory calls on $mem_elsewhere, held by another node");
+is($workers[1]->safe_psql('routed', "SELECT pklimit_count('$mem_elsewhere')"), '5',
+	'applied durably on its node at once: a key is never in memory on a node that does not hold it');
+
+# a call made on another node writes the row of a key in memory: the node
+# holding it drops its unflushed events rather than overwrite that call's
+$workers[1]->safe_psql('routed', "SELECT pklimit_allow('$mem', 1000, '1 hour')");
+$workers[0]->safe_psql('routed', qq{SELECT pklimit_allow('$mem', 1000, '1 hour', durable => false) FROM generate_series(1, 5)});
+ok($workers[0]->poll_query_until('routed', q{
+	SELECT flushes > 0 AND memory_keys = 0 FROM pklimit_stats WHERE datname = current_database()}),
+	'the flush dropped the key');
+my $after = $coord->safe_psql('routed', "SELECT pklimit_count('$mem')");
+ok($after >= 11 && $after <= 16, "the other node's event is kept ($after of 10 + 1 + 5)");
+like(slurp_file($workers[0]->logfile), qr/pklimit dropped 1 key from memory unwritten/, 'and the drop is logged');
+
+# the crash bound on a worker node: events flushed before a crash are kept,
+# and none is counted twice
+my $crash = key_held_by($workers[0], 'mem-crash');
+$workers[0]->safe_psql('routed', qq{SELECT pklimit_allow('$crash', 1000, '1 hour', durable => false) FROM generate_series(1, 20)});
+ok($coord->poll_query_until('routed', "SELECT pklimit_count('$crash') = 20"), '20 memory calls flushed');
+$workers[0]->safe_psql('routed', qq{SELECT pklimit_allow('$crash', 1000, '1 hour', durable => false) FROM generate_series(1, 20)});
+$workers[0]->stop('immediate');
+$workers[0]->start;
+ok($coord->poll_query_until('routed', "SELECT pklimit_count('$crash') IS NOT NULL"), 'the node runs again');
+my $crashed = $coord->safe_psql('routed', "SELECT pklimit_count('$crash')");
+ok($crashed >= 20 && $crashed <= 40, "after a crash of the worker node: $crashed of 40, at least the 20 flushed");
+
+# a shard moved while its keys are in memory on the node that held it:
+# events flushed before the move are kept, none is counted twice, and the
+# calls made after it count on the node that holds them now
+my $mshard = $workers[0]->safe_psql('routed', "SELECT (pklimit_node('$crash')).shard_id");
+$workers[0]->safe_psql('routed', qq{
+	CREATE TABLE mem_keys AS
+	SELECT row_number() OVER () AS id, k AS key FROM (
+		SELECT 'mem-move-' || i AS k FROM generate_series(1, 3000) i) c
+	 WHERE (pklimit_node(k)).shard_id = $mshard LIMIT 20;});
+my $mem_script = q{
+SET pklimit.timeout = '60s';
+\set i random(1, 20)
+SELECT pklimit_allow(key, 1000000, '1 hour', durable => false) FROM mem_keys WHERE id = :i;
+};
+($rc, $out, $err) = start_pgbench($workers[0], 'mem_before', $mem_script, '-c', '4', '-j', '2', '-t', '100')->();
+is($rc, 0, 'memory calls on 20 keys of one shard ran') or diag($err);
+my $sum = q{(SELECT coalesce(sum(l.count), 0) FROM mem_keys m JOIN platformkit_limits l ON l.key = 'g:' || m.key)};
+ok($workers[0]->poll_query_until('routed', "SELECT $sum = 400"), 'their 400 events flushed');
+my $mem_load = start_pgbench($workers[0], 'mem_move', $mem_script, '-c', '4', '-j', '2', '-t', '300');
+ok($workers[0]->poll_query_until('routed', "SELECT $sum > 400"), 'memory calls running');
+$coord->safe_psql('routed', sprintf(q{
+	SELECT citus_move_shard_placement(%d, '%s', %d, '%s', %d, shard_transfer_mode => 'block_writes')},
+	$mshard, $workers[0]->host, $workers[0]->port, $workers[1]->host, $workers[1]->port));
+($rc, $out, $err) = $mem_load->();
+is($rc, 0, 'the memory calls during the move ran') or diag($err);
+ok($workers[0]->poll_query_until('routed', q{
+	SELECT memory_keys = 0 FROM pklimit_stats WHERE datname = current_database()}),
+	'the keys of the moved shard left memory');
+my $moved = $workers[0]->safe_psql('routed', "SELECT $sum");
+ok($moved >= 400 && $moved <= 1600, "after the move: $moved of 1,600 events, at least the 400 flushed before");
+$workers[0]->safe_psql('routed', q{
+	SELECT pklimit_allow(key, 1000000, '1 hour', durable => false) FROM mem_keys});
+is($workers[0]->safe_psql('routed', "SELECT $sum"), $moved + 20, 'calls after the move count on the node that holds the shard now');
 
 done_testing();
