@@ -186,22 +186,34 @@ order_units(PklimitEntry **entries, int n, Unit *units, int nunits,
 }
 
 /*
+ * What a wait for Citus's lock on this node's shards met (a move holds
+ * one): not a row, so every entry on a key of a shard on this node is set
+ * aside, and the others go on (mark_met_lock).
+ */
+static const PklimitRequest local_shards = {0};
+
+/*
  * After a lock timeout met by request met: mark the entries that would meet
  * the same locked row (every write on that key, and its reads too if a read
- * is what met it), and with each marked entry those that wait with it.
+ * is what met it), or, if the wait was for this node's shards, every entry
+ * on their keys; and with each marked entry those that wait with it.
  */
 static void
 mark_met_lock(PklimitEntry **entries, int n, const PklimitRequest *met)
 {
-	bool		met_by_read = !pklimit_op_rules(met->kind).writes;
+	bool		met_by_read = met != &local_shards &&
+	!pklimit_op_rules(met->kind).writes;
 	bool		changed = true;
 
 	for (int j = 0; j < n; j++)
 	{
 		const PklimitRequest *r = &entries[j]->request;
 
-		entries[j]->met_lock = pklimit_same_key(r, met) &&
-			(pklimit_op_rules(r->kind).writes || met_by_read);
+		if (met == &local_shards)
+			entries[j]->met_lock = pklimit_key_on_this_node(r->key);
+		else
+			entries[j]->met_lock = pklimit_same_key(r, met) &&
+				(pklimit_op_rules(r->kind).writes || met_by_read);
 	}
 	while (changed)
 	{
@@ -251,7 +263,8 @@ count_recorded(PklimitEntry **entries, int n)
  * (citus.c), so that units on those keys alone run on this node alone.
  */
 static void
-hold_local_shards(PklimitEntry **entries, int n, PklimitTable *table)
+hold_local_shards(PklimitEntry **entries, int n, PklimitTable *table,
+				  const PklimitRequest *volatile *running)
 {
 	const char *keys[PKLIMIT_BATCH_MAX];
 	int			m = 0;
@@ -259,6 +272,7 @@ hold_local_shards(PklimitEntry **entries, int n, PklimitTable *table)
 	for (int j = 0; j < n; j++)
 		if (entries[j]->request.nspid == table->nspid)
 			keys[m++] = entries[j]->request.key;
+	*running = &local_shards;
 	(void) pklimit_shards_prepare(table, keys, m);
 }
 
@@ -317,10 +331,13 @@ apply_units(PklimitEntry **entries, int n, const Unit *units,
 			}
 			pklimit_become_owner(&worker, table.owner);
 			if (table.citus)
-				hold_local_shards(entries, n, &table);
+				hold_local_shards(entries, n, &table, running);
 		}
 		table.direct = table.shards != NULL &&
 			unit_is_local(entries, n, u, &table);
+		for (int j = 0; j < n; j++)
+			if (entries[j]->unit == u)
+				entries[j]->direct = table.direct;
 		if (*citus)
 			pklimit_timer_start(NODE_WAIT_MS);
 		applied = pklimit_apply_unit(entries, n, u, &table, running);
@@ -498,6 +515,7 @@ pklimit_apply(PklimitEntry **entries, int n, int lock_wait_ms,
 	{
 		entries[j]->unfold = false;
 		entries[j]->met_lock = false;
+		entries[j]->direct = false;
 		if (entries[j]->request.deadline <= now)
 			pklimit_answer_unapplied(entries[j], PKLIMIT_TIMEOUT);
 		else

@@ -91,6 +91,7 @@ load_map(Oid relid)
 	Oid			argtype = OIDOID;
 	Datum		arg = ObjectIdGetDatum(relid);
 	MemoryContext old;
+	uint64		before;
 
 	if (!callback_registered)
 	{
@@ -103,8 +104,8 @@ load_map(Oid relid)
 	map.shards = NULL;
 	map.nshards = 0;
 	map.relid = relid;
-	map.stale = false;
-	map_generation++;
+	map.stale = true;			/* until read whole */
+	before = ++map_generation;
 
 	if (SPI_execute_with_args(
 							  "SELECT s.shardid, s.shardminvalue::pg_catalog.int4,"
@@ -118,13 +119,18 @@ load_map(Oid relid)
 							  " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1"
 							  " AND d.logicalrelid OPERATOR(pg_catalog.=) $1"
 							  " AND d.partmethod OPERATOR(pg_catalog.=) 'h'"
+							  " AND d.repmodel OPERATOR(pg_catalog.=) 's'"
 							  " AND pg_catalog.column_to_column_name(d.logicalrelid, d.partkey)"
 							  "  OPERATOR(pg_catalog.=) 'key'"
 							  " ORDER BY 2",
 							  1, &argtype, &arg, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "pklimit: reading Citus's shards failed");
 	if (SPI_processed == 0)
+	{
+		SPI_freetuptable(SPI_tuptable);
+		map.stale = (map_generation != before);
 		return;
+	}
 
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	map.shards = palloc0(sizeof(PklimitShard) * SPI_processed);
@@ -143,7 +149,8 @@ load_map(Oid relid)
 		s->local = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
 		name = SPI_getvalue(tuple, desc, 5);
 		/* shard_name() qualifies and quotes as a statement needs */
-		strlcpy(s->name, name, sizeof(s->name));
+		if (strlcpy(s->name, name, sizeof(s->name)) >= sizeof(s->name))
+			elog(ERROR, "pklimit: shard name \"%s\" too long", name);
 		pfree(name);
 	}
 	map.nshards = (int) SPI_processed;
@@ -157,6 +164,7 @@ load_map(Oid relid)
 							  &map.collation);
 	}
 	SPI_freetuptable(SPI_tuptable);
+	map.stale = (map_generation != before);
 }
 
 /*
@@ -208,6 +216,16 @@ current_map(const PklimitTable *table)
 	return map.nshards > 0 ? &map : NULL;
 }
 
+/* Two shard ids (int8 Datums), ascending. */
+static int
+compare_ids(const void *a, const void *b)
+{
+	int64		x = DatumGetInt64(*(const Datum *) a);
+	int64		y = DatumGetInt64(*(const Datum *) b);
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
 /*
  * Make the shards on this node that hold the n stored keys usable for the
  * rest of the transaction: each locked as Citus's own writers lock a shard,
@@ -253,6 +271,8 @@ pklimit_shards_prepare(PklimitTable *table, const char *const *keys, int n)
 		}
 		if (nids > 0)
 		{
+			/* in the order Citus takes them, lest two takers wait in a circle */
+			qsort(ids, nids, sizeof(Datum), compare_ids);
 			args[0] = Int32GetDatum(SHARD_METADATA_SHARE_LOCK);
 			args[1] = PointerGetDatum(construct_array(ids, nids, INT8OID, 8,
 													  FLOAT8PASSBYVAL,
@@ -281,6 +301,19 @@ pklimit_shards_prepare(PklimitTable *table, const char *const *keys, int n)
 		}
 	}
 	return false;
+}
+
+/*
+ * Is stored_key's shard on this node, as the map last read says (any
+ * schema's key: the map is of one table)?
+ */
+bool
+pklimit_key_on_this_node(const char *stored_key)
+{
+	PklimitShard *s = pklimit_shard_of(map.nshards > 0 ? &map : NULL,
+									   stored_key);
+
+	return s != NULL && s->local;
 }
 
 /* May this transaction write stored_key's shard directly? */

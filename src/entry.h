@@ -35,6 +35,8 @@ typedef struct PklimitEntry
 	int			unit;			/* the statement that applies it */
 	bool		unfold;			/* apply one statement per event */
 	bool		met_lock;		/* met a row locked by another transaction */
+	bool		direct;			/* on Citus, applied on its shard on this
+								 * node, in this transaction (apply.c) */
 	/* the memory path's (memory/batch.c) */
 	bool		memory_read;	/* memory_row holds its key's row as the
 								 * transaction that applied it left it, to

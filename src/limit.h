@@ -53,6 +53,7 @@ typedef struct PklimitRow
 	int64		max_count;		/* the last call's */
 	int64		previous_count; /* sliding: the count of the window before */
 	TimestampTz expires_at;		/* sliding: when its count stops weighing */
+	TransactionId xmin;			/* the row version read or written */
 	PklimitAlgorithm algorithm; /* the table of 0.3.0; before, fixed */
 	bool		exists;
 	bool		no_max_count;	/* max_count is NULL (none recorded since

@@ -79,15 +79,17 @@ typedef enum StatementId
 
 /*
  * The row's columns as the reads return them, in order: a table before
- * 0.3.0 keeps fixed windows only.
+ * 0.3.0 keeps fixed windows only.  Last, the row version's xmin, which
+ * every write changes (the memory path's flush on Citus writes only over
+ * the version its node last had).
  */
 #define ROW_COLUMNS(blocked_until) \
 	"l.count, l.window_start, l.window_end, l.updated_at, " blocked_until \
 	", 'fixed'::pg_catalog.text, NULL::pg_catalog.int8, NULL::pg_catalog.int8," \
-	" NULL::pg_catalog.timestamptz"
+	" NULL::pg_catalog.timestamptz, l.xmin"
 #define ROW_COLUMNS_3 \
 	"l.count, l.window_start, l.window_end, l.updated_at, l.blocked_until," \
-	" l.algorithm, l.max_count, l.previous_count, l.expires_at"
+	" l.algorithm, l.max_count, l.previous_count, l.expires_at, l.xmin"
 
 /*
  * The hit: the folded upsert, one INSERT ... ON CONFLICT DO UPDATE of $4
@@ -213,8 +215,8 @@ typedef enum StatementId
 	" previous_count = EXCLUDED.previous_count, expires_at = EXCLUDED.expires_at"
 /*
  * The flush on Citus, on one shard of this node: each row written only if
- * it is still as this node last read or wrote it ($11: it had a row then,
- * $12: that row's updated_at), since a call made on another node may have
+ * it is still the version this node last read or wrote ($11: it had a row
+ * then, $12: that version's xmin), since a call made on another node may have
  * written it through Citus meanwhile, which the whole state in memory must
  * not overwrite.  Returns the places (from 1) of the rows written.
  */
@@ -226,14 +228,14 @@ typedef enum StatementId
 	"  pg_catalog.unnest($11), pg_catalog.unnest($12))" \
 	"  WITH ORDINALITY AS x(key, window_start, window_end," \
 	"  count, updated_at, blocked_until, algorithm, max_count, previous_count," \
-	"  expires_at, synced, synced_at, i))," \
+	"  expires_at, synced, synced_xmin, i))," \
 	" u AS (UPDATE %1$s l SET window_start = x.window_start," \
 	"  window_end = x.window_end, count = x.count, updated_at = x.updated_at," \
 	"  blocked_until = x.blocked_until, algorithm = x.algorithm," \
 	"  max_count = x.max_count, previous_count = x.previous_count," \
 	"  expires_at = x.expires_at FROM x" \
 	"  WHERE l.key OPERATOR(pg_catalog.=) x.key AND x.synced" \
-	"  AND l.updated_at OPERATOR(pg_catalog.=) x.synced_at RETURNING x.i)," \
+	"  AND l.xmin OPERATOR(pg_catalog.=) x.synced_xmin RETURNING x.i)," \
 	" n AS (INSERT INTO %1$s AS l (key, window_start, window_end, count," \
 	"  updated_at, blocked_until, algorithm, max_count, previous_count, expires_at)" \
 	"  SELECT x.key, x.window_start, x.window_end, x.count, x.updated_at," \
@@ -260,7 +262,7 @@ typedef enum StatementId
 
 #define FLUSH_IF_SYNCED_ARGS {TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, \
 	INT8ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT8ARRAYOID, \
-	INT8ARRAYOID, TIMESTAMPTZARRAYOID, BOOLARRAYOID, TIMESTAMPTZARRAYOID}
+	INT8ARRAYOID, TIMESTAMPTZARRAYOID, BOOLARRAYOID, XIDARRAYOID}
 
 #define PURGE_ARGS {TIMESTAMPTZOID, INT8OID, TIMESTAMPTZOID}
 
@@ -338,7 +340,7 @@ namespace_changed(Datum arg, int cacheid, uint32 hashvalue)
 typedef struct ShardPlans
 {
 	int64		shardid;		/* the hash key */
-	char		name[2 * NAMEDATALEN + 8];
+	char		name[4 * NAMEDATALEN + 8];
 	SPIPlanPtr	plans[NUM_VERSIONS][NUM_STATEMENTS];
 } ShardPlans;
 
@@ -528,7 +530,7 @@ get_col(int r, int col)
 	return isnull ? (Datum) 0 : d;
 }
 
-/* The row result row r of a hit or a read gives (its first 9 columns). */
+/* The row result row r of a hit or a read gives (its first 10 columns). */
 static void
 get_row_at(int r, PklimitRow *row)
 {
@@ -548,6 +550,7 @@ get_row_at(int r, PklimitRow *row)
 						 &row->no_max_count);
 	row->previous_count = DatumGetInt64(get_col(r, 8));
 	row->expires_at = DatumGetTimestampTz(get_col(r, 9));
+	row->xmin = DatumGetTransactionId(get_col(r, 10));
 	if (!pklimit_algorithm_of_name(name, &row->algorithm))
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
@@ -657,7 +660,7 @@ pklimit_store_read_many(const PklimitTable *table, const char *const *keys,
 		elog(ERROR, "pklimit: reading rows returned %d", rc);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
-		char	   *key = TextDatumGetCString(get_col(r, 10));
+		char	   *key = TextDatumGetCString(get_col(r, 11));
 
 		for (int i = 0; i < n; i++)
 			if (!rows[i].exists && strcmp(keys[i], key) == 0)
@@ -713,20 +716,20 @@ pklimit_store_write(const PklimitTable *table, const char *stored_key,
  * Write the n rows (each with a state) of keys whole, as they are in memory,
  * in one statement (the memory path's flush): on the table, or on shard,
  * which holds every one of the keys and which this transaction holds on its
- * node.  With synced (on Citus), a row is written only if it is still as
- * this node last had it: synced[i], whether it had a row then, synced_at[i]
- * its updated_at; written[i] says whether it was.
+ * node.  With synced (on Citus), a row is written only if it is still the
+ * version this node last had: synced[i], whether it had a row then,
+ * synced_xmin[i] that version's xmin; written[i] says whether it was.
  */
 void
 pklimit_store_flush(const PklimitTable *table, const PklimitShard *shard,
 					const char *const *keys, const PklimitRow *rows, int n,
-					const bool *synced, const TimestampTz *synced_at,
+					const bool *synced, const TransactionId *synced_xmin,
 					bool *written)
 {
 	/* the element types of FLUSH_IF_SYNCED_ARGS, in its order */
 	static const Oid types[] = {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 		INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID,
-	TIMESTAMPTZOID, BOOLOID, TIMESTAMPTZOID};
+	TIMESTAMPTZOID, BOOLOID, XIDOID};
 	int			ncolumns = synced ? lengthof(types) : 10;
 	Datum	   *columns[lengthof(types)];
 	bool	   *column_nulls[lengthof(types)];
@@ -762,7 +765,7 @@ pklimit_store_flush(const PklimitTable *table, const PklimitShard *shard,
 		if (synced)
 		{
 			columns[10][i] = BoolGetDatum(synced[i]);
-			columns[11][i] = TimestampTzGetDatum(synced_at[i]);
+			columns[11][i] = TransactionIdGetDatum(synced_xmin[i]);
 		}
 	}
 	for (int c = 0; c < ncolumns; c++)

@@ -24,7 +24,7 @@ typedef struct PklimitShard
 	int32		max;
 	bool		local;
 	bool		locked;
-	char		name[2 * NAMEDATALEN + 8];	/* schema-qualified, quoted */
+	char		name[4 * NAMEDATALEN + 8];	/* schema-qualified, quoted */
 } PklimitShard;
 
 /* The shards of one distributed table, by ascending hash range. */
@@ -66,6 +66,7 @@ extern PklimitShard *pklimit_shard_of(const PklimitShardMap *map,
 extern PklimitShard *pklimit_shard_usable(const PklimitTable *table,
 										  const char *stored_key);
 extern uint64 pklimit_shards_generation(void);
+extern bool pklimit_key_on_this_node(const char *stored_key);
 
 /* store.c */
 extern void pklimit_store_hit(const PklimitTable *table, const char *stored_key,
@@ -86,7 +87,8 @@ extern void pklimit_store_flush(const PklimitTable *table,
 								const char *const *keys,
 								const PklimitRow *rows, int n,
 								const bool *synced,
-								const TimestampTz *synced_at, bool *written);
+								const TransactionId *synced_xmin,
+								bool *written);
 extern int64 pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff,
 								 int64 limit, TimestampTz *from);
 

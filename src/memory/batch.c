@@ -388,9 +388,9 @@ pklimit_memory_pass_take(PklimitMemoryPass *pass, PklimitEntry **entries,
 /*
  * In the transaction that applied the n entries, before its commit: the
  * rows of the memory calls' keys as it leaves them, to read in after the
- * commit.  On Citus only keys whose shards this transaction holds on this
- * node, read there: a key is decided in memory only on the node that holds
- * it (elsewhere each node would count apart).  Not on a table before 0.3.0,
+ * commit.  On Citus only keys applied on their shards on this node, read
+ * there: a key is decided in memory only on the node that holds it
+ * (elsewhere each node would count apart).  Not on a table before 0.3.0,
  * nor while memory lags (a fallen-back call costs one durable call).
  */
 void
@@ -412,7 +412,7 @@ pklimit_memory_pass_read_rows(PklimitMemoryPass *pass, PklimitEntry **entries,
 		e->memory_read = false;
 		if (!can || !e->request.call.memory || e->answer.status != PKLIMIT_OK ||
 			e->memory_kept_out ||
-			(table->citus && pklimit_shard_usable(table, e->request.key) == NULL))
+			(table->citus && !e->direct))
 			continue;
 		for (int k = 0; k < j && !e->memory_read; k++)
 			if (entries[k]->memory_read &&

@@ -66,18 +66,20 @@ pklimit_flush_wait_ms(void)
 
 /*
  * Write the copies to be written, FLUSH_ROWS a statement; returns how many.
- * With shard (on Citus), only those whose keys that shard holds, each only
- * over its row as this node last had it: a copy whose row another node
- * wrote meanwhile is not written, and is marked in dropped[].
+ * With shard (on Citus), only those whose keys that shard holds (shard_of
+ * says which holds each), each only over the row version this node last
+ * had: a copy whose row another node wrote meanwhile is not written, and is
+ * marked in dropped[].  A copy written records the version it wrote.
  */
 static int
 write_copies(const PklimitTable *table, const PklimitShard *shard,
-			 MemoryCopy *copies, int n, bool *dropped)
+			 const PklimitShard *const *shard_of, MemoryCopy *copies, int n,
+			 bool *dropped)
 {
 	const char **keys = palloc(sizeof(char *) * FLUSH_ROWS);
 	PklimitRow *rows = palloc(sizeof(PklimitRow) * FLUSH_ROWS);
 	bool	   *synced = palloc(sizeof(bool) * FLUSH_ROWS);
-	TimestampTz *synced_at = palloc(sizeof(TimestampTz) * FLUSH_ROWS);
+	TransactionId *synced_xmin = palloc(sizeof(TransactionId) * FLUSH_ROWS);
 	bool	   *written = palloc(sizeof(bool) * FLUSH_ROWS);
 	int		   *index = palloc(sizeof(int) * FLUSH_ROWS);
 	int			nwritten = 0;
@@ -87,27 +89,30 @@ write_copies(const PklimitTable *table, const PklimitShard *shard,
 	{
 		if (i < n)
 		{
-			if (!copies[i].write ||
-				(shard != NULL &&
-				 pklimit_shard_usable(table, copies[i].stored_key) != shard))
+			if (!copies[i].write || (shard != NULL && shard_of[i] != shard))
 				continue;
 			keys[m] = copies[i].stored_key;
 			rows[m] = copies[i].row;
 			synced[m] = copies[i].synced;
-			synced_at[m] = copies[i].synced_at;
+			synced_xmin[m] = copies[i].synced_xmin;
 			index[m++] = i;
 		}
 		if (m == FLUSH_ROWS || (i == n && m > 0))
 		{
 			pklimit_store_flush(table, shard, keys, rows, m,
-								shard ? synced : NULL, synced_at, written);
+								shard ? synced : NULL, synced_xmin, written);
 			for (int j = 0; j < m; j++)
 			{
+				MemoryCopy *c = &copies[index[j]];
+
 				if (shard == NULL || written[j])
+				{
 					nwritten++;
+					c->synced_xmin = GetCurrentTransactionId();
+				}
 				else
 				{
-					copies[index[j]].write = false;
+					c->write = false;
 					dropped[index[j]] = true;
 				}
 			}
@@ -117,7 +122,7 @@ write_copies(const PklimitTable *table, const PklimitShard *shard,
 	pfree(keys);
 	pfree(rows);
 	pfree(synced);
-	pfree(synced_at);
+	pfree(synced_xmin);
 	pfree(written);
 	pfree(index);
 	return nwritten;
@@ -126,19 +131,21 @@ write_copies(const PklimitTable *table, const PklimitShard *shard,
 /*
  * On a table Citus distributes by key: the copies written on the shards of
  * this node that hold them, each shard held here for the transaction
- * (citus.c), and each row only over the row this node last had.  A key
+ * (citus.c), and each row only over the version this node last had.  A key
  * whose shard is no longer here (moved to another node since it was read
- * in), or whose row a call made on another node wrote meanwhile (through
- * Citus), is not written: a write of this state would overwrite counts
- * this node has not seen.  Its copy is marked in *dropped, and it leaves
- * memory after the commit: its events since the last flush are lost, as at
- * a crash.  Returns how many were written.
+ * in), or whose row was written meanwhile by a call made on another node
+ * (through Citus), or deleted (a purge, a forget), is not written: a write
+ * of this state would overwrite counts this node has not seen.  Its copy
+ * is marked in *dropped, and it leaves memory after the commit: its events
+ * since the last flush are lost, as at a crash.  Returns how many were
+ * written.
  */
 static int
 write_copies_on_shards(PklimitTable *table, MemoryCopy *copies, int n,
 					   bool *dropped)
 {
 	const char **keys = palloc(sizeof(char *) * Max(n, 1));
+	const PklimitShard **shard_of = palloc(sizeof(PklimitShard *) * Max(n, 1));
 	int			written = 0;
 
 	for (int i = 0; i < n; i++)
@@ -146,25 +153,26 @@ write_copies_on_shards(PklimitTable *table, MemoryCopy *copies, int n,
 	if (!pklimit_shards_prepare(table, keys, n))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("pklimit could not hold its shards: Citus moved them meanwhile")));
+				 errmsg("pklimit could not hold the shards of its keys in memory: Citus moved them meanwhile")));
 	for (int i = 0; i < n; i++)
 	{
-		const PklimitShard *shard = pklimit_shard_usable(table, keys[i]);
-		bool		first = true;
-
-		if (shard == NULL)
+		/* none where the table is not distributed by key (any longer) */
+		shard_of[i] = pklimit_shard_usable(table, keys[i]);
+		if (shard_of[i] == NULL)
 		{
 			dropped[i] = true;
 			copies[i].write = false;
-			continue;
 		}
-		/* each shard once, at its first key */
-		for (int j = 0; j < i && first; j++)
-			first = pklimit_shard_usable(table, keys[j]) != shard;
-		if (first)
-			written += write_copies(table, shard, copies, n, dropped);
+	}
+	for (int s = 0; table->shards != NULL && s < table->shards->nshards; s++)
+	{
+		const PklimitShard *shard = &table->shards->shards[s];
+
+		if (shard->local && shard->locked)
+			written += write_copies(table, shard, shard_of, copies, n, dropped);
 	}
 	pfree(keys);
+	pfree(shard_of);
 	return written;
 }
 
@@ -173,7 +181,7 @@ write_copies_on_shards(PklimitTable *table, MemoryCopy *copies, int n,
  * key in memory (pklimit_shards_generation()): a map changed since may have
  * moved unchanged keys' shards away too.
  */
-static uint64 shards_checked = 0;
+static uint64 shards_checked = PG_UINT64_MAX;
 
 /*
  * In the transaction begun: pklimit's table found, and this database's keys
@@ -250,7 +258,8 @@ pklimit_memory_write_out(PklimitSession *session, MemoryContext memory_context,
 												 dropped);
 			}
 			else
-				written = write_copies(&table, NULL, copies, ncopies, NULL);
+				written = write_copies(&table, NULL, NULL, copies, ncopies,
+									   NULL);
 			pklimit_restore_user(&worker);
 		}
 		(void) pklimit_commit_transaction();

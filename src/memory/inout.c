@@ -87,7 +87,7 @@ try_read_in(const MemoryTag *tag, const MemoryTag *area_tag, uint32 hashcode,
 		k->row = *row;
 		k->changes = k->written = 0;
 		k->synced = row->exists;
-		k->synced_at = row->updated_at;
+		k->synced_xmin = row->xmin;
 		k->uses = used ? 1 : 0;
 		k->last_used = used_now();
 	}
@@ -154,7 +154,7 @@ copy_key(MemoryCopy *c, int item, MemoryKey *k, bool write)
 	c->changes = k->changes;
 	c->write = write;
 	c->synced = k->synced;
-	c->synced_at = k->synced_at;
+	c->synced_xmin = k->synced_xmin;
 }
 
 /*
@@ -287,9 +287,9 @@ pklimit_memory_written(const MemoryCopy *copies, int n)
 			k->written = copies[i].changes;
 		if (item->key == k && copies[i].write)
 		{
-			/* the row is as written now */
+			/* the row is the version written now */
 			k->synced = true;
-			k->synced_at = copies[i].row.updated_at;
+			k->synced_xmin = copies[i].synced_xmin;
 		}
 		LWLockRelease(lock);
 	}
@@ -327,8 +327,8 @@ pklimit_memory_leave(const MemoryCopy *copies, int n, bool stay)
 /*
  * The keys of the copies marked dropped come out of memory unwritten, if
  * they are still the keys copied: on Citus, their shards moved to another
- * node, or a call made on another node wrote their rows (flush.c).  Logged, since their events since the last flush are
- * lost.
+ * node, or their rows changed (another node's call, a purge: flush.c).
+ * Logged, since their events since the last flush are lost.
  */
 void
 pklimit_memory_drop(const MemoryCopy *copies, const bool *dropped, int n)
@@ -355,8 +355,8 @@ pklimit_memory_drop(const MemoryCopy *copies, const bool *dropped, int n)
 	LWLockRelease(control_lock());
 	if (ndropped > 0)
 		ereport(LOG,
-				(errmsg_plural("pklimit dropped %d key from memory unwritten: another node holds its shard or wrote its row",
-							   "pklimit dropped %d keys from memory unwritten: another node holds their shards or wrote their rows",
+				(errmsg_plural("pklimit dropped %d key from memory unwritten: its row changed, or its shard moved, since its last flush",
+							   "pklimit dropped %d keys from memory unwritten: their rows changed, or their shards moved, since their last flush",
 							   ndropped, ndropped),
 				 errdetail("Their events since their last flush are lost, as at a crash."),
 				 errhint("Send each call to the node that holds its key: pklimit_node(key) names it.")));

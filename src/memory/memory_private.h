@@ -90,7 +90,7 @@ typedef struct MemoryKey
 								 * read it in counted, up to 2: 1 is a key
 								 * used once (admission, readin.c) */
 	bool		synced;			/* its row existed when last read or written */
-	TimestampTz synced_at;		/* that row's updated_at (the flush on Citus
+	TransactionId synced_xmin;	/* that row version's xmin (the flush on Citus
 								 * writes only over it: flush.c) */
 } MemoryKey;
 
@@ -266,8 +266,9 @@ typedef struct MemoryCopy
 	MemoryKey  *key;			/* the key, to find it unchanged */
 	uint64		changes;		/* its changes when copied */
 	bool		write;			/* to be written (current, changed) */
-	bool		synced;			/* the key's synced and synced_at */
-	TimestampTz synced_at;
+	bool		synced;			/* the key's synced and synced_xmin; after a
+								 * write, the version written */
+	TransactionId synced_xmin;
 	char		stored_key[PKLIMIT_MAX_READABLE_KEY + 1];
 	PklimitRow	row;
 } MemoryCopy;
