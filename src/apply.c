@@ -313,22 +313,20 @@ apply_units(PklimitEntry **entries, int n, const Unit *units,
 	PklimitTable table = {0};
 	PklimitUser worker;
 	bool		applied = true;
+	bool		node_settings = false;
 
 	pklimit_remember_user(&worker);
 	for (int i = 0; i < nunits && applied; i++)
 	{
 		int			u = order[i];
+		bool		through_citus;
 
 		if (units[u].head->request.nspid != table.nspid)
 		{
 			pklimit_restore_user(&worker);
 			pklimit_table_open(units[u].head->request.nspid, session->on_citus,
 							   &table);
-			if (table.citus)
-			{
-				*citus = true;
-				pklimit_set_node_settings(session);
-			}
+			*citus |= table.citus;
 			pklimit_become_owner(&worker, table.owner);
 			if (table.citus)
 				hold_local_shards(entries, n, &table, running);
@@ -338,10 +336,23 @@ apply_units(PklimitEntry **entries, int n, const Unit *units,
 		for (int j = 0; j < n; j++)
 			if (entries[j]->unit == u)
 				entries[j]->direct = table.direct;
-		if (*citus)
+
+		/*
+		 * The other nodes' settings go with the first statement Citus may
+		 * send them: none for units on this node's shards alone.
+		 */
+		through_citus = table.citus && !table.direct;
+		if (through_citus && !node_settings)
+		{
+			pklimit_restore_user(&worker);
+			pklimit_set_node_settings(session);
+			pklimit_become_owner(&worker, table.owner);
+			node_settings = true;
+		}
+		if (through_citus)
 			pklimit_timer_start(NODE_WAIT_MS);
 		applied = pklimit_apply_unit(entries, n, u, &table, running);
-		if (*citus)
+		if (through_citus)
 			pklimit_timer_stop();
 	}
 	if (applied)
