@@ -260,35 +260,45 @@ count_recorded(PklimitEntry **entries, int n)
 /*
  * On a table Citus distributes by key: hold here, for the transaction, the
  * shards on this node that hold keys of the entries of table's schema
- * (citus.c), so that units on those keys alone run on this node alone.
+ * (citus.c), so that units on those keys alone run on this node alone;
+ * here[j] says whether entry j's shard is one of them.
  */
 static void
 hold_local_shards(PklimitEntry **entries, int n, PklimitTable *table,
-				  const PklimitRequest *volatile *running)
+				  const PklimitRequest *volatile *running, bool *here)
 {
 	const char *keys[PKLIMIT_BATCH_MAX];
+	PklimitShard *usable[PKLIMIT_BATCH_MAX];
+	int			index[PKLIMIT_BATCH_MAX];
 	int			m = 0;
 
 	for (int j = 0; j < n; j++)
+	{
+		here[j] = false;
 		if (entries[j]->request.nspid == table->nspid)
+		{
+			index[m] = j;
 			keys[m++] = entries[j]->request.key;
+		}
+	}
 	*running = &local_shards;
-	(void) pklimit_shards_prepare(table, keys, m);
+	(void) pklimit_shards_prepare(table, keys, m, usable);
+	for (int k = 0; k < m; k++)
+		here[index[k]] = (usable[k] != NULL);
 }
 
 /*
- * Are all the keys of unit u in shards this transaction holds on this node?
- * Then its statements run on those shards directly: no remote statement,
- * and a transaction of such units alone commits here, without two-phase
- * commit.  A unit with a key elsewhere goes through Citus whole, so that
- * Citus commits all its keys together.
+ * Are all the keys of unit u in shards this transaction holds on this node
+ * (here[])?  Then its statements run on those shards directly: no remote
+ * statement, and a transaction of such units alone commits here, without
+ * two-phase commit.  A unit with a key elsewhere goes through Citus whole,
+ * so that Citus commits all its keys together.
  */
 static bool
-unit_is_local(PklimitEntry **entries, int n, int u, const PklimitTable *table)
+unit_is_local(PklimitEntry **entries, int n, int u, const bool *here)
 {
 	for (int j = 0; j < n; j++)
-		if (entries[j]->unit == u &&
-			pklimit_shard_usable(table, entries[j]->request.key) == NULL)
+		if (entries[j]->unit == u && !here[j])
 			return false;
 	return true;
 }
@@ -314,6 +324,7 @@ apply_units(PklimitEntry **entries, int n, const Unit *units,
 	PklimitUser worker;
 	bool		applied = true;
 	bool		node_settings = false;
+	bool		here[PKLIMIT_BATCH_MAX];
 
 	pklimit_remember_user(&worker);
 	for (int i = 0; i < nunits && applied; i++)
@@ -329,10 +340,10 @@ apply_units(PklimitEntry **entries, int n, const Unit *units,
 			*citus |= table.citus;
 			pklimit_become_owner(&worker, table.owner);
 			if (table.citus)
-				hold_local_shards(entries, n, &table, running);
+				hold_local_shards(entries, n, &table, running, here);
 		}
 		table.direct = table.shards != NULL &&
-			unit_is_local(entries, n, u, &table);
+			unit_is_local(entries, n, u, here);
 		for (int j = 0; j < n; j++)
 			if (entries[j]->unit == u)
 				entries[j]->direct = table.direct;

@@ -231,19 +231,23 @@ compare_ids(const void *a, const void *b)
  * rest of the transaction: each locked as Citus's own writers lock a shard,
  * so that no move or split of it can finish before this transaction ends,
  * and the map read again if a move finished before the lock was granted.
- * Sets table->shards; then pklimit_shard_usable() says which keys' shards
- * the transaction may write directly.  Returns false, with table->shards
- * NULL, if the shards kept moving meanwhile (Citus routes every key then);
- * true otherwise, with table->shards NULL where the table is not
- * distributed by key.  As the table's owner (Citus lets only the owner take
- * the lock), in an SPI connection.
+ * Sets table->shards, and usable[k] to the shard of keys[k] if the
+ * transaction may write it directly (NULL otherwise), as
+ * pklimit_shard_usable() says.  Returns false, with table->shards NULL, if
+ * the shards kept moving meanwhile (Citus routes every key then); true
+ * otherwise, with table->shards NULL where the table is not distributed by
+ * key.  As the table's owner (Citus lets only the owner take the lock), in
+ * an SPI connection.
  */
 bool
-pklimit_shards_prepare(PklimitTable *table, const char *const *keys, int n)
+pklimit_shards_prepare(PklimitTable *table, const char *const *keys, int n,
+					   PklimitShard **usable)
 {
 	PklimitShardMap *m;
 
 	table->shards = NULL;
+	for (int k = 0; k < n; k++)
+		usable[k] = NULL;
 	if (!table->citus)
 		return true;
 	for (int tries = 0; tries < 3; tries++)
@@ -263,7 +267,8 @@ pklimit_shards_prepare(PklimitTable *table, const char *const *keys, int n)
 		{
 			PklimitShard *s = pklimit_shard_of(m, keys[k]);
 
-			if (s != NULL && s->local && !s->locked)
+			usable[k] = (s != NULL && s->local) ? s : NULL;
+			if (usable[k] != NULL && !s->locked)
 			{
 				s->locked = true;
 				ids[nids++] = Int64GetDatum(s->id);
@@ -300,6 +305,8 @@ pklimit_shards_prepare(PklimitTable *table, const char *const *keys, int n)
 			return true;
 		}
 	}
+	for (int k = 0; k < n; k++)
+		usable[k] = NULL;
 	return false;
 }
 

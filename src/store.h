@@ -60,7 +60,8 @@ extern bool pklimit_table_oldest_end(Oid nspid, TimestampTz *oldest,
 
 /* citus.c */
 extern bool pklimit_shards_prepare(PklimitTable *table,
-								   const char *const *keys, int n);
+								   const char *const *keys, int n,
+								   PklimitShard **usable);
 extern PklimitShard *pklimit_shard_of(const PklimitShardMap *map,
 									  const char *stored_key);
 extern PklimitShard *pklimit_shard_usable(const PklimitTable *table,

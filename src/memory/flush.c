@@ -73,7 +73,7 @@ pklimit_flush_wait_ms(void)
  */
 static int
 write_copies(const PklimitTable *table, const PklimitShard *shard,
-			 const PklimitShard *const *shard_of, MemoryCopy *copies, int n,
+			 PklimitShard *const *shard_of, MemoryCopy *copies, int n,
 			 bool *dropped)
 {
 	const char **keys = palloc(sizeof(char *) * FLUSH_ROWS);
@@ -145,19 +145,18 @@ write_copies_on_shards(PklimitTable *table, MemoryCopy *copies, int n,
 					   bool *dropped)
 {
 	const char **keys = palloc(sizeof(char *) * Max(n, 1));
-	const PklimitShard **shard_of = palloc(sizeof(PklimitShard *) * Max(n, 1));
+	PklimitShard **shard_of = palloc(sizeof(PklimitShard *) * Max(n, 1));
 	int			written = 0;
 
 	for (int i = 0; i < n; i++)
 		keys[i] = copies[i].stored_key;
-	if (!pklimit_shards_prepare(table, keys, n))
+	if (!pklimit_shards_prepare(table, keys, n, shard_of))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("pklimit could not hold the shards of its keys in memory: Citus moved them meanwhile")));
 	for (int i = 0; i < n; i++)
 	{
 		/* none where the table is not distributed by key (any longer) */
-		shard_of[i] = pklimit_shard_usable(table, keys[i]);
 		if (shard_of[i] == NULL)
 		{
 			dropped[i] = true;
