@@ -14,7 +14,7 @@ TRUNCATE platformkit_limits;
 SELECT q, pg_temp.sqlstate_of(q) FROM (VALUES
   ($$SELECT pklimit_decrement(NULL)$$),
   ($$SELECT pklimit_decrement('')$$),
-  ($$SELECT pklimit_decrement('k', NULL)$$),
+  ($$SELECT pklimit_decrement('k', NULL::bigint)$$),
   ($$SELECT pklimit_decrement('k', -1)$$),
   ($$SELECT pklimit_decrement(NULL, -1)$$)
 ) AS t(q);

@@ -8,10 +8,10 @@ TRUNCATE platformkit_limits;
 SELECT q, pg_temp.sqlstate_of(q) FROM (VALUES
   ($$SELECT pklimit_allow(NULL)$$),
   ($$SELECT pklimit_allow(NULL, 1, '1 hour')$$),
-  ($$SELECT pklimit_allow('k', NULL, '1 hour')$$),
+  ($$SELECT pklimit_allow('k', NULL::bigint, '1 hour')$$),
   ($$SELECT pklimit_allow('k', 1, NULL)$$),
   ($$SELECT pklimit_check(NULL, 1, '1 hour')$$),
-  ($$SELECT pklimit_check('k', NULL, '1 hour')$$),
+  ($$SELECT pklimit_check('k', NULL::bigint, '1 hour')$$),
   ($$SELECT pklimit_check('k', 1, NULL)$$),
   ($$SELECT pklimit_count(NULL)$$),
   ($$SELECT pklimit_forget(NULL)$$),

@@ -25,6 +25,7 @@
 
 #include "api.h"
 #include "memory.h"
+#include "policy.h"
 #include "queue.h"
 #include "settings.h"
 #include "stats.h"
@@ -312,6 +313,76 @@ pklimit_decrement(PG_FUNCTION_ARGS)
 		pklimit_arg_not_null(fcinfo, 2, "durable");
 	if (!key_call(fcinfo, PKLIMIT_OP_DECREMENT, stored_key, cost,
 				  PG_NARGS() > 2 && !PG_GETARG_BOOL(2), &answer))
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(answer.result.count);
+}
+
+/*
+ * The stored key of a (key, policy) call and its policy, which must exist:
+ * a read or a take-back under a policy nobody made is a mistake, not 0.
+ */
+static char *
+policy_key_args(FunctionCallInfo fcinfo, PklimitPolicy *policy)
+{
+	char	   *stored_key = pklimit_policy_key_args(fcinfo, 0, 1);
+
+	pklimit_policy_get(get_func_namespace(fcinfo->flinfo->fn_oid),
+					   pklimit_policy_name_value(fcinfo, 1), policy);
+	return stored_key;
+}
+
+/* pklimit_count(key, policy): the count of key under policy. */
+PG_FUNCTION_INFO_V1(pklimit_count_policy);
+Datum
+pklimit_count_policy(PG_FUNCTION_ARGS)
+{
+	PklimitPolicy policy;
+	char	   *stored_key = policy_key_args(fcinfo, &policy);
+	PklimitAnswer answer;
+
+	if (!key_call(fcinfo, PKLIMIT_OP_COUNT, stored_key, 0, false, &answer))
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(answer.result.found ? answer.result.count : 0);
+}
+
+/* pklimit_forget(key, policy): delete key's row under policy. */
+PG_FUNCTION_INFO_V1(pklimit_forget_policy);
+Datum
+pklimit_forget_policy(PG_FUNCTION_ARGS)
+{
+	PklimitPolicy policy;
+	char	   *stored_key = policy_key_args(fcinfo, &policy);
+	PklimitAnswer answer;
+
+	if (!key_call(fcinfo, PKLIMIT_OP_FORGET, stored_key, 0, false, &answer))
+		PG_RETURN_NULL();
+	PG_RETURN_BOOL(answer.result.found);
+}
+
+/*
+ * pklimit_decrement(key, policy, cost): up to cost events (NULL: the
+ * policy's cost) taken back from key's state under policy, on the policy's
+ * path.
+ */
+PG_FUNCTION_INFO_V1(pklimit_decrement_policy);
+Datum
+pklimit_decrement_policy(PG_FUNCTION_ARGS)
+{
+	PklimitPolicy policy;
+	char	   *stored_key = policy_key_args(fcinfo, &policy);
+	PklimitAnswer answer;
+	int64		cost = policy.call.cost;
+
+	if (!PG_ARGISNULL(2))
+		cost = PG_GETARG_INT64(2);
+	if (cost < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cost must not be negative"),
+				 errdetail("cost is " INT64_FORMAT ".", cost),
+				 errhint("Give the events to take back: 1 for one, or NULL for the policy's cost.")));
+	if (!key_call(fcinfo, PKLIMIT_OP_DECREMENT, stored_key, cost,
+				  policy.call.memory, &answer))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(answer.result.count);
 }

@@ -25,6 +25,7 @@
 #include "utils/timestamp.h"
 
 #include "api.h"
+#include "policy.h"
 #include "settings.h"
 #include "stats.h"
 
@@ -128,21 +129,24 @@ key_call_args(FunctionCallInfo fcinfo, Arguments args, PklimitCall *call)
 /*
  * Run the calls of one group (n keys; 1 for a call on one key) and return
  * whether every key's limit allows, or what pklimit.on_unavailable says if
- * the call was unavailable (the answers' status says which).  In shadow
- * mode a call its limit refused is allowed, and *shadow says so.
- * Each call counts once in pklimit_stats, by its overall answer.
+ * the call was unavailable (the answers' status says which).  A key's
+ * refusal is allowed by shadow mode, the session's or its policy's
+ * (policies: one per key, or NULL), and shadowed[i] says so.  Each call
+ * counts once in pklimit_stats, by its overall answer, and once per key in
+ * its policy's counters.
  */
 static bool
 run_calls(FunctionCallInfo fcinfo, char **stored_keys,
-		  const PklimitCall *calls, PklimitAnswer *answers, int n,
-		  bool *shadow)
+		  const PklimitCall *calls, const PklimitPolicy *policies,
+		  PklimitAnswer *answers, int n, bool *shadowed)
 {
 	PklimitRequest requests[PKLIMIT_GROUP_MAX];
 	bool		allowed = true;
+	bool		any_shadowed = false;
 	TimestampTz started;
 
 	Assert(n <= PKLIMIT_GROUP_MAX);
-	*shadow = false;
+	memset(shadowed, 0, sizeof(bool) * n);
 	memset(requests, 0, sizeof(PklimitRequest) * n);
 	for (int i = 0; i < n; i++)
 	{
@@ -156,13 +160,24 @@ run_calls(FunctionCallInfo fcinfo, char **stored_keys,
 		{
 			pklimit_stats_call(answers[i].status, pklimit_unavailable_allows(),
 							   false, started);
+			for (int j = 0; policies != NULL && j < n; j++)
+				pklimit_policy_count(&policies[j], answers[i].status, false, false);
 			return pklimit_unavailable(&answers[i], PKLIMIT_CALL_DECIDES);
 		}
 	for (int i = 0; i < n; i++)
-		allowed &= answers[i].result.allowed;
-	*shadow = !allowed && pklimit_shadow_mode;
-	pklimit_stats_call(PKLIMIT_OK, allowed, *shadow, started);
-	return allowed || *shadow;
+	{
+		bool		ok = answers[i].result.allowed;
+
+		shadowed[i] = !ok && (pklimit_shadow_mode ||
+							  (policies != NULL && policies[i].shadow));
+		allowed &= ok || shadowed[i];
+		any_shadowed |= shadowed[i];
+		if (policies != NULL)
+			pklimit_policy_count(&policies[i], PKLIMIT_OK, ok, shadowed[i]);
+	}
+	pklimit_stats_call(PKLIMIT_OK, allowed && !any_shadowed,
+					   allowed && any_shadowed, started);
+	return allowed;
 }
 
 /*
@@ -207,12 +222,12 @@ check_row(FunctionCallInfo fcinfo, Arguments args)
 	Datum		values[CHECK_COLUMNS];
 	bool		nulls[CHECK_COLUMNS] = {0};
 	bool		allowed;
-	bool		shadow;
+	bool		shadowed;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	allowed = run_calls(fcinfo, &stored_key, &call, &answer, 1, &shadow);
-	check_columns(&call, &answer, allowed, shadow, values, nulls);
+	allowed = run_calls(fcinfo, &stored_key, &call, NULL, &answer, 1, &shadowed);
+	check_columns(&call, &answer, allowed, shadowed, values, nulls);
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
 
@@ -224,7 +239,7 @@ pklimit_allow_default(PG_FUNCTION_ARGS)
 	PklimitCall call = {0};
 	char	   *stored_key;
 	PklimitAnswer answer;
-	bool		shadow;
+	bool		shadowed;
 
 	pklimit_arg_not_null(fcinfo, 0, "key");
 	stored_key = pklimit_key_value(PG_GETARG_TEXT_PP(0), "key");
@@ -233,7 +248,8 @@ pklimit_allow_default(PG_FUNCTION_ARGS)
 	call.cost = 1;
 	call.record_refused = true;
 	call.algorithm = PKLIMIT_FIXED;
-	PG_RETURN_BOOL(run_calls(fcinfo, &stored_key, &call, &answer, 1, &shadow));
+	PG_RETURN_BOOL(run_calls(fcinfo, &stored_key, &call, NULL, &answer, 1,
+							 &shadowed));
 }
 
 /* pklimit_allow on one key, with the arguments of a release. */
@@ -243,9 +259,9 @@ allow_one(FunctionCallInfo fcinfo, Arguments args)
 	PklimitCall call;
 	char	   *stored_key = key_call_args(fcinfo, args, &call);
 	PklimitAnswer answer;
-	bool		shadow;
+	bool		shadowed;
 
-	return run_calls(fcinfo, &stored_key, &call, &answer, 1, &shadow);
+	return run_calls(fcinfo, &stored_key, &call, NULL, &answer, 1, &shadowed);
 }
 
 /* pklimit_allow(key, max_count, window) of 0.1.0. */
@@ -416,37 +432,48 @@ group_args(FunctionCallInfo fcinfo, Arguments args, text **keys,
 }
 
 /*
- * Several limits in one call: one row per key, in the order of the arrays
- * (key, then the columns of pklimit_check).  All keys are recorded in one
- * worker transaction, all of them or none.
+ * The rows of pklimit_check_all for a group's answers: one per key, in the
+ * order of the arrays (key, then the columns of pklimit_check).
  */
-static Datum
-check_all(FunctionCallInfo fcinfo, Arguments args)
+static void
+check_all_rows(FunctionCallInfo fcinfo, text **keys, const PklimitCall *calls,
+			   const PklimitAnswer *answers, const bool *shadowed, int n,
+			   bool allowed)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	text	   *keys[PKLIMIT_GROUP_MAX];
-	char	   *stored_keys[PKLIMIT_GROUP_MAX];
-	PklimitCall calls[PKLIMIT_GROUP_MAX];
-	PklimitAnswer answers[PKLIMIT_GROUP_MAX];
-	int			n = group_args(fcinfo, args, keys, stored_keys, calls);
-	bool		allowed;
-	bool		shadow;
 
-	InitMaterializedSRF(fcinfo, 0);
-	allowed = run_calls(fcinfo, stored_keys, calls, answers, n, &shadow);
 	for (int i = 0; i < n; i++)
 	{
 		Datum		values[1 + CHECK_COLUMNS];
 		bool		nulls[1 + CHECK_COLUMNS] = {0};
 		bool		ok = (answers[i].status == PKLIMIT_OK);
-		bool		key_shadow = ok && shadow && !answers[i].result.allowed;
 
 		values[0] = PointerGetDatum(keys[i]);
 		check_columns(&calls[i], &answers[i],
-					  ok ? answers[i].result.allowed || key_shadow : allowed,
-					  key_shadow, values + 1, nulls + 1);
+					  ok ? answers[i].result.allowed || shadowed[i] : allowed,
+					  ok && shadowed[i], values + 1, nulls + 1);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+}
+
+/*
+ * Several limits in one call: all keys are recorded in one worker
+ * transaction, all of them or none.
+ */
+static Datum
+check_all(FunctionCallInfo fcinfo, Arguments args)
+{
+	text	   *keys[PKLIMIT_GROUP_MAX];
+	char	   *stored_keys[PKLIMIT_GROUP_MAX];
+	PklimitCall calls[PKLIMIT_GROUP_MAX];
+	PklimitAnswer answers[PKLIMIT_GROUP_MAX];
+	bool		shadowed[PKLIMIT_GROUP_MAX];
+	int			n = group_args(fcinfo, args, keys, stored_keys, calls);
+	bool		allowed;
+
+	InitMaterializedSRF(fcinfo, 0);
+	allowed = run_calls(fcinfo, stored_keys, calls, NULL, answers, n, shadowed);
+	check_all_rows(fcinfo, keys, calls, answers, shadowed, n, allowed);
 	return (Datum) 0;
 }
 
@@ -458,10 +485,10 @@ allow_all(FunctionCallInfo fcinfo, Arguments args)
 	char	   *stored_keys[PKLIMIT_GROUP_MAX];
 	PklimitCall calls[PKLIMIT_GROUP_MAX];
 	PklimitAnswer answers[PKLIMIT_GROUP_MAX];
+	bool		shadowed[PKLIMIT_GROUP_MAX];
 	int			n = group_args(fcinfo, args, keys, stored_keys, calls);
-	bool		shadow;
 
-	return run_calls(fcinfo, stored_keys, calls, answers, n, &shadow);
+	return run_calls(fcinfo, stored_keys, calls, NULL, answers, n, shadowed);
 }
 
 /* pklimit_check_all(keys, max_counts, windows, cost, record_refused, block) */
@@ -494,4 +521,180 @@ Datum
 pklimit_allow_all_0_3(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_BOOL(allow_all(fcinfo, ARGS_0_3));
+}
+
+/*
+ * The cost argument of a call that names a policy: NULL for the policy's
+ * own, else 0 or more.
+ */
+static void
+policy_cost_arg(FunctionCallInfo fcinfo, int argno, PklimitCall *call)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return;
+	call->cost = PG_GETARG_INT64(argno);
+	if (call->cost < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cost must not be negative"),
+				 errdetail("cost is " INT64_FORMAT ".", call->cost),
+				 errhint("Give the events the call records: 1 for one, 0 to look without recording, or NULL for the policy's cost.")));
+}
+
+/*
+ * The call on one key under a policy: pklimit_allow(key, policy, cost) and
+ * pklimit_check(key, policy, cost).  Returns what the call answers.
+ */
+static bool
+policy_call(FunctionCallInfo fcinfo, PklimitCall *call, PklimitAnswer *answer,
+			bool *shadowed)
+{
+	char	   *stored_key = pklimit_policy_key_args(fcinfo, 0, 1);
+	PklimitPolicy policy;
+
+	pklimit_policy_get(get_func_namespace(fcinfo->flinfo->fn_oid),
+					   pklimit_policy_name_value(fcinfo, 1), &policy);
+	*call = policy.call;
+	policy_cost_arg(fcinfo, 2, call);
+	return run_calls(fcinfo, &stored_key, call, &policy, answer, 1, shadowed);
+}
+
+/* pklimit_allow(key, policy, cost) of 0.4.0 */
+PG_FUNCTION_INFO_V1(pklimit_allow_policy);
+Datum
+pklimit_allow_policy(PG_FUNCTION_ARGS)
+{
+	PklimitCall call;
+	PklimitAnswer answer;
+	bool		shadowed;
+
+	PG_RETURN_BOOL(policy_call(fcinfo, &call, &answer, &shadowed));
+}
+
+/* pklimit_check(key, policy, cost) of 0.4.0 */
+PG_FUNCTION_INFO_V1(pklimit_check_policy);
+Datum
+pklimit_check_policy(PG_FUNCTION_ARGS)
+{
+	PklimitCall call;
+	PklimitAnswer answer;
+	bool		shadowed;
+	bool		allowed;
+	TupleDesc	tupdesc;
+	Datum		values[CHECK_COLUMNS];
+	bool		nulls[CHECK_COLUMNS] = {0};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	allowed = policy_call(fcinfo, &call, &answer, &shadowed);
+	check_columns(&call, &answer, allowed, shadowed, values, nulls);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/*
+ * The arguments of a call on several (key, policy) pairs: keys and policies,
+ * as many of each, 1 to PKLIMIT_GROUP_MAX, no pair twice (after its tenant
+ * is applied), and a cost for every pair (NULL: each policy's).  Returns
+ * how many pairs.
+ */
+static int
+policy_group_args(FunctionCallInfo fcinfo, text **keys, char **stored_keys,
+				  PklimitCall *calls, PklimitPolicy *policies)
+{
+	Datum	   *key_datums;
+	Datum	   *policy_datums;
+	int			n = array_arg(fcinfo, 0, "keys", TEXTOID, &key_datums);
+	int			n_policies = array_arg(fcinfo, 1, "policies", TEXTOID,
+									   &policy_datums);
+	Oid			nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+	ElementContext element = {0};
+	ErrorContextCallback context;
+
+	if (n != n_policies)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("keys and policies must have as many elements"),
+				 errdetail("keys has %d and policies %d.", n, n_policies)));
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("keys must not be empty")));
+	if (n > PKLIMIT_GROUP_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many keys for one call"),
+				 errdetail("A call can name at most %d keys; it names %d.",
+						   PKLIMIT_GROUP_MAX, n)));
+	context.arg = &element;
+	context.callback = element_context;
+	context.previous = error_context_stack;
+	error_context_stack = &context;
+	for (int i = 0; i < n; i++)
+	{
+		LOCAL_FCINFO(pair, 2);
+
+		/* each pair's checks are those of pklimit_allow(key, policy) */
+		InitFunctionCallInfoData(*pair, fcinfo->flinfo, 2, InvalidOid, NULL, NULL);
+		pair->args[0].value = key_datums[i];
+		pair->args[0].isnull = false;
+		pair->args[1].value = policy_datums[i];
+		pair->args[1].isnull = false;
+		element.element = i + 1;
+		element.array = "policies";
+		pklimit_policy_get(nspid, pklimit_policy_name_value(pair, 1),
+						   &policies[i]);
+		element.array = "keys";
+		keys[i] = DatumGetTextPP(key_datums[i]);
+		stored_keys[i] = pklimit_policy_key_args(pair, 0, 1);
+		element.array = NULL;
+		calls[i] = policies[i].call;
+		policy_cost_arg(fcinfo, 2, &calls[i]);
+		for (int j = 0; j < i; j++)
+			if (strcmp(stored_keys[i], stored_keys[j]) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("keys and policies must not name a pair twice"),
+						 errdetail("Elements %d and %d are the same key under the same policy.",
+								   j + 1, i + 1)));
+	}
+	error_context_stack = context.previous;
+	return n;
+}
+
+/* pklimit_check_all(keys, policies, cost) of 0.4.0 */
+PG_FUNCTION_INFO_V1(pklimit_check_all_policy);
+Datum
+pklimit_check_all_policy(PG_FUNCTION_ARGS)
+{
+	text	   *keys[PKLIMIT_GROUP_MAX];
+	char	   *stored_keys[PKLIMIT_GROUP_MAX];
+	PklimitCall calls[PKLIMIT_GROUP_MAX];
+	PklimitPolicy policies[PKLIMIT_GROUP_MAX];
+	PklimitAnswer answers[PKLIMIT_GROUP_MAX];
+	bool		shadowed[PKLIMIT_GROUP_MAX];
+	int			n = policy_group_args(fcinfo, keys, stored_keys, calls, policies);
+	bool		allowed;
+
+	InitMaterializedSRF(fcinfo, 0);
+	allowed = run_calls(fcinfo, stored_keys, calls, policies, answers, n,
+						shadowed);
+	check_all_rows(fcinfo, keys, calls, answers, shadowed, n, allowed);
+	return (Datum) 0;
+}
+
+/* pklimit_allow_all(keys, policies, cost) of 0.4.0 */
+PG_FUNCTION_INFO_V1(pklimit_allow_all_policy);
+Datum
+pklimit_allow_all_policy(PG_FUNCTION_ARGS)
+{
+	text	   *keys[PKLIMIT_GROUP_MAX];
+	char	   *stored_keys[PKLIMIT_GROUP_MAX];
+	PklimitCall calls[PKLIMIT_GROUP_MAX];
+	PklimitPolicy policies[PKLIMIT_GROUP_MAX];
+	PklimitAnswer answers[PKLIMIT_GROUP_MAX];
+	bool		shadowed[PKLIMIT_GROUP_MAX];
+	int			n = policy_group_args(fcinfo, keys, stored_keys, calls, policies);
+
+	PG_RETURN_BOOL(run_calls(fcinfo, stored_keys, calls, policies, answers, n,
+							 shadowed));
 }

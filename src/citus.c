@@ -31,6 +31,7 @@
 #include "utils/typcache.h"
 
 #include "api.h"
+#include "policy.h"
 #include "compat.h"
 #include "store.h"
 
@@ -333,7 +334,9 @@ pklimit_shard_usable(const PklimitTable *table, const char *stored_key)
 }
 
 PG_FUNCTION_INFO_V1(pklimit_stored_key_sql);
+PG_FUNCTION_INFO_V1(pklimit_stored_key_policy);
 PG_FUNCTION_INFO_V1(pklimit_node);
+PG_FUNCTION_INFO_V1(pklimit_node_policy);
 
 /*
  * pklimit_stored_key(key text) → text: the row's key for key under the
@@ -348,21 +351,28 @@ pklimit_stored_key_sql(PG_FUNCTION_ARGS)
 }
 
 /*
- * pklimit_node(key text) → (node_name, node_port, shard_id): the node that
- * holds key's row under the session's tenant, to send the call to; all
- * NULL where the table is not distributed by key (any node will do).
+ * pklimit_stored_key(key text, policy text) → text: the same, for the row
+ * key counts in under policy.
  */
 Datum
-pklimit_node(PG_FUNCTION_ARGS)
+pklimit_stored_key_policy(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TEXT_P(cstring_to_text(pklimit_policy_key_args(fcinfo, 0, 1)));
+}
+
+/*
+ * The row of pklimit_node for a stored key: the node that holds it, to send
+ * the call to; all NULL where the table is not distributed by key (any node
+ * will do).
+ */
+static Datum
+node_row(FunctionCallInfo fcinfo, const char *stored)
 {
 	TupleDesc	desc;
 	Datum		values[3] = {0};
 	bool		nulls[3] = {true, true, true};
 	Oid			relid;
-	char	   *stored;
 
-	pklimit_arg_not_null(fcinfo, 0, "key");
-	stored = pklimit_key_value(PG_GETARG_TEXT_PP(0), "key");
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "pklimit_node must return a row");
 	relid = get_relname_relid("platformkit_limits",
@@ -406,5 +416,24 @@ pklimit_node(PG_FUNCTION_ARGS)
 		}
 		SPI_finish();
 	}
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
+	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
+}
+
+/*
+ * pklimit_node(key text) → (node_name, node_port, shard_id): the node that
+ * holds key's row under the session's tenant.
+ */
+Datum
+pklimit_node(PG_FUNCTION_ARGS)
+{
+	pklimit_arg_not_null(fcinfo, 0, "key");
+	PG_RETURN_DATUM(node_row(fcinfo,
+							 pklimit_key_value(PG_GETARG_TEXT_PP(0), "key")));
+}
+
+/* pklimit_node(key text, policy text): the same, for key under policy. */
+Datum
+pklimit_node_policy(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_DATUM(node_row(fcinfo, pklimit_policy_key_args(fcinfo, 0, 1)));
 }

@@ -29,6 +29,7 @@
 #include "guards.h"
 #include "hooks.h"
 #include "memory.h"
+#include "policy.h"
 #include "registry.h"
 #include "stats.h"
 
@@ -201,6 +202,7 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 	if (OidIsValid(dropped_database))
 	{
 		pklimit_stats_forget_database(dropped_database);
+		pklimit_policy_forget_database(dropped_database);
 		pklimit_memory_forget_database(dropped_database);
 	}
 	if (granting)

@@ -7,12 +7,14 @@
  * Encoding (documented in the README):
  *		no tenant			g:<key>
  *		tenant T			t<bytes of T>:<T>:<key>
+ *		under policy P		p<bytes of P>:<P>:, then one of the two above
  *		longer than PKLIMIT_MAX_READABLE_KEY bytes
  *							h:<hex SHA-256 of the readable form>
  *
- * The first character tells the three forms apart, and the tenant's byte
- * length says where the tenant ends, so separators inside a tenant or a key
- * cannot move the boundary.  The global order of stored keys, which every
+ * The first character tells the forms apart, and the tenant's and the
+ * policy's byte lengths say where they end, so separators inside a tenant,
+ * a policy or a key cannot move a boundary: a key counted under a policy
+ * never meets a key counted with its limit in the call.  The global order of stored keys, which every
  * worker takes rows in, is here too.  This file reads platformkit.tenant and
  * knows nothing of the table or the queue.
  *
@@ -55,16 +57,19 @@ digest_key(const char *readable, int len)
 }
 
 /*
- * The stored key for the caller's key under the current platformkit.tenant.
- * The caller has already rejected NULL and empty keys.
+ * The stored key for the caller's key under the current platformkit.tenant,
+ * counted under policy (NULL: with the limit given in the call).  The caller
+ * has already rejected NULL and empty keys.
  */
 char *
-pklimit_stored_key(text *key)
+pklimit_stored_key_in(text *key, const char *policy)
 {
 	const char *tenant = GetConfigOption("platformkit.tenant", true, false);
 	StringInfoData buf;
 
 	initStringInfo(&buf);
+	if (policy != NULL)
+		appendStringInfo(&buf, "p%zu:%s:", strlen(policy), policy);
 	if (tenant == NULL || tenant[0] == '\0')
 		appendStringInfoString(&buf, "g:");
 	else
@@ -79,6 +84,12 @@ pklimit_stored_key(text *key)
 		return digested;
 	}
 	return buf.data;
+}
+
+char *
+pklimit_stored_key(text *key)
+{
+	return pklimit_stored_key_in(key, NULL);
 }
 
 /* Are two requests on the same row: one schema, one stored key? */

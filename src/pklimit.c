@@ -18,6 +18,7 @@
 
 #include "hooks.h"
 #include "memory.h"
+#include "policy.h"
 #include "purge.h"
 #include "queue.h"
 #include "registry.h"
@@ -45,6 +46,7 @@ shmem_request(void)
 											 CACHELINEALIGN(pklimit_registry_shmem_size())),
 									add_size(CACHELINEALIGN(pklimit_purge_shmem_size()),
 											 CACHELINEALIGN(pklimit_stats_shmem_size()))));
+	RequestAddinShmemSpace(CACHELINEALIGN(pklimit_policy_shmem_size()));
 	RequestAddinShmemSpace(pklimit_memory_shmem_size());
 	RequestNamedLWLockTranche("pklimit", 1);
 	pklimit_memory_shmem_request();
@@ -60,6 +62,7 @@ shmem_startup(void)
 	pklimit_registry_shmem_init();
 	pklimit_purge_shmem_init();
 	pklimit_stats_shmem_init();
+	pklimit_policy_shmem_init();
 	pklimit_memory_shmem_init();
 	pklimit_lock = &(GetNamedLWLockTranche("pklimit"))->lock;
 	LWLockRelease(AddinShmemInitLock);

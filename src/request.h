@@ -133,6 +133,7 @@ typedef struct PklimitAnswer
 
 /* key.c: the stored key, and the order of keys */
 extern char *pklimit_stored_key(text *key);
+extern char *pklimit_stored_key_in(text *key, const char *policy);
 extern bool pklimit_same_key(const PklimitRequest *a, const PklimitRequest *b);
 extern int	pklimit_key_order(const PklimitRequest *a, const PklimitRequest *b);
 

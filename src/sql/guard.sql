@@ -21,7 +21,10 @@ BEGIN
 				'pklimit_allow_all', 'pklimit_stats', 'pklimit_stats_reset',
 				'pklimit_purge_job_error', 'platformkit_limits_pkey',
 				'pklimit_decrement', 'pklimit_memory_stats',
-				'platformkit_limits_purge_idx']::pg_catalog.name[]),
+				'platformkit_limits_purge_idx', 'pklimit_stored_key', 'pklimit_node',
+				'platformkit_limit_policies', 'platformkit_limit_policies_pkey',
+				'pklimit_policies', 'pklimit_policies_changed', 'pklimit_policy_set',
+				'pklimit_policy_drop', 'pklimit_policy_stats']::pg_catalog.name[]),
 	members AS (
 		SELECT d.classid, d.objid FROM pg_catalog.pg_depend d
 		 WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass

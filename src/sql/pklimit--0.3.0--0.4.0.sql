@@ -21,7 +21,12 @@ SELECT pg_catalog.set_config('pklimit_update.replaced',
 		'@extschema@.pklimit_check_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool);'
 		'@extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool)',
 		true),
-	   pg_catalog.set_config('pklimit_update.privileges_from', '', true);
+	   pg_catalog.set_config('pklimit_update.privileges_from',
+		'pklimit_count=@extschema@.pklimit_count(pg_catalog.text);'
+		'pklimit_forget=@extschema@.pklimit_forget(pg_catalog.text);'
+		'pklimit_decrement=@extschema@.pklimit_decrement(pg_catalog.text, pg_catalog.int8, pg_catalog.bool);'
+		'pklimit_policy_stats=@extschema@.pklimit_stats()',
+		true);
 
 --@include replace_begin.sql
 
@@ -150,8 +155,259 @@ LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.pklimit_node(pg_catalog.text) IS
 'On Citus, the node (name and port, as Citus knows it) and the shard that hold the row of key under the session''s platformkit.tenant: a call sent there runs on that node alone. All NULL where platformkit_limits is not distributed by key.';
 
+-- 0.4.0: policies (docs/policies.md): limits as rows, a default row per
+-- name and a row per tenant that overrides it.  The calls read them through
+-- a cache in each backend (src/policy.c) that the trigger below empties at
+-- commit of any change, however made.  Only the table's owner and members
+-- of pklimit_admin change them; roles are the cluster's, so the role is
+-- made only where it is missing, and one grant of it serves every database.
+DO $admin$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles r
+					WHERE r.rolname OPERATOR(pg_catalog.=) 'pklimit_admin') THEN
+		CREATE ROLE pklimit_admin NOLOGIN;
+		COMMENT ON ROLE pklimit_admin IS
+			'May change pklimit''s policies (pklimit_policy_set, pklimit_policy_drop) in every database with pklimit.';
+	END IF;
+EXCEPTION WHEN duplicate_object THEN
+	NULL;						-- made meanwhile by an install in another database
+END
+$admin$;
+
+CREATE TABLE @extschema@.platformkit_limit_policies (
+	name pg_catalog.text NOT NULL
+		CHECK (pg_catalog.octet_length(name) OPERATOR(pg_catalog.>=) 1
+			   AND pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) 63),
+	tenant pg_catalog.text NOT NULL DEFAULT ''
+		CHECK (pg_catalog.octet_length(tenant) OPERATOR(pg_catalog.<=) 255),
+	max_count pg_catalog.int8 NOT NULL CHECK (max_count OPERATOR(pg_catalog.>=) 0),
+	"window" pg_catalog.interval NOT NULL,
+	algorithm pg_catalog.text NOT NULL DEFAULT 'fixed'
+		CHECK (algorithm OPERATOR(pg_catalog.=) ANY (ARRAY['fixed', 'gcra', 'sliding'])),
+	cost pg_catalog.int8 NOT NULL DEFAULT 1 CHECK (cost OPERATOR(pg_catalog.>=) 0),
+	record_refused pg_catalog.bool NOT NULL DEFAULT true,
+	block pg_catalog.interval,
+	durable pg_catalog.bool NOT NULL DEFAULT true,
+	anchor pg_catalog.text NOT NULL DEFAULT 'epoch'
+		CHECK (anchor OPERATOR(pg_catalog.=) ANY (ARRAY['epoch', 'first'])),
+	mode pg_catalog.text NOT NULL DEFAULT 'enforce'
+		CHECK (mode OPERATOR(pg_catalog.=) ANY (ARRAY['enforce', 'shadow'])),
+	time_zone pg_catalog.text,
+	updated_at pg_catalog.timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	PRIMARY KEY (name, tenant)
+);
+
+COMMENT ON TABLE @extschema@.platformkit_limit_policies IS
+'pklimit policies: a named limit per row, the default row (tenant empty) and overrides for one tenant each. Changed with pklimit_policy_set and pklimit_policy_drop or directly by the owner; every change is seen by the next call of every session once committed. Row level security: a session sees the default rows and its platformkit.tenant''s, or every row as a member of pklimit_admin with no tenant set.';
+COMMENT ON COLUMN @extschema@.platformkit_limit_policies.tenant IS
+'Empty: the default row, for calls with no platformkit.tenant or whose tenant has no row of its own; otherwise the tenant whose calls it decides.';
+COMMENT ON COLUMN @extschema@.platformkit_limit_policies.mode IS
+'enforce, or shadow: calls are counted and allowed, and a refusal shows as status shadow and in pklimit_policy_stats() as would_refuse.';
+
+ALTER TABLE @extschema@.platformkit_limit_policies ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @extschema@.platformkit_limit_policies FORCE ROW LEVEL SECURITY;
+
+CREATE POLICY platformkit_tenant ON @extschema@.platformkit_limit_policies
+	USING (tenant OPERATOR(pg_catalog.=) ''
+		   OR tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('platformkit.tenant', true)
+		   OR (COALESCE(pg_catalog.current_setting('platformkit.tenant', true), '') OPERATOR(pg_catalog.=) ''
+			   AND pg_catalog.pg_has_role('pklimit_admin', 'USAGE')))
+	WITH CHECK (tenant OPERATOR(pg_catalog.=) ''
+		   OR tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('platformkit.tenant', true)
+		   OR (COALESCE(pg_catalog.current_setting('platformkit.tenant', true), '') OPERATOR(pg_catalog.=) ''
+			   AND pg_catalog.pg_has_role('pklimit_admin', 'USAGE')));
+
+REVOKE ALL ON @extschema@.platformkit_limit_policies FROM PUBLIC;
+
+-- Policies are the database's data: pg_dump keeps them.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.platformkit_limit_policies', '');
+
+CREATE FUNCTION @extschema@.pklimit_policies_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'pklimit_policies_changed'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@.pklimit_policies_changed() IS
+'Trigger of platformkit_limit_policies: at commit of any change, every session''s cached policies are dropped, so the next call reads the table again.';
+
+CREATE TRIGGER platformkit_limit_policies_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.platformkit_limit_policies
+	FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.pklimit_policies_changed();
+
+-- The view reads the table as its owner, whom row level security may not
+-- bind: it filters the rows itself, as the table's policy does.
+CREATE VIEW @extschema@.pklimit_policies WITH (security_barrier) AS
+	SELECT p.name, NULLIF(p.tenant, '') AS tenant, p.max_count, p."window",
+		   p.algorithm, p.cost, p.record_refused, p.block, p.durable, p.anchor,
+		   p.mode, p.time_zone, p.updated_at
+	  FROM @extschema@.platformkit_limit_policies p
+	 WHERE p.tenant OPERATOR(pg_catalog.=) ''
+		OR p.tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('platformkit.tenant', true)
+		OR (COALESCE(pg_catalog.current_setting('platformkit.tenant', true), '') OPERATOR(pg_catalog.=) ''
+			AND pg_catalog.pg_has_role('pklimit_admin', 'USAGE'));
+
+COMMENT ON VIEW @extschema@.pklimit_policies IS
+'pklimit''s policies as the session may see them: the default rows (tenant NULL) and the session''s platformkit.tenant''s overrides, or every row to a member of pklimit_admin with no tenant set.';
+
+-- Default privileges (ALTER DEFAULT PRIVILEGES) may have granted something
+-- on the new table and view: nobody but their owner keeps it; then the
+-- grants pklimit means.
+DO $do$
+DECLARE
+	grant_ record;
+BEGIN
+	FOR grant_ IN
+		SELECT DISTINCT c.oid::pg_catalog.regclass AS rel,
+			   CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+			   ELSE pg_catalog.quote_ident(r.rolname) END AS grantee
+		  FROM pg_catalog.pg_class c,
+			   pg_catalog.aclexplode(c.relacl) a
+			   LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+		 WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+				'@extschema@.platformkit_limit_policies'::pg_catalog.regclass,
+				'@extschema@.pklimit_policies'::pg_catalog.regclass])
+		   AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+	LOOP
+		EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %s FROM %s', grant_.rel, grant_.grantee);
+	END LOOP;
+END
+$do$;
+GRANT SELECT, INSERT, UPDATE, DELETE ON @extschema@.platformkit_limit_policies TO pklimit_admin;
+GRANT SELECT ON @extschema@.pklimit_policies TO PUBLIC;
+
+CREATE FUNCTION @extschema@.pklimit_policy_set(name pg_catalog.text,
+	max_count pg_catalog.int8, "window" pg_catalog.interval,
+	algorithm pg_catalog.text DEFAULT 'fixed', cost pg_catalog.int8 DEFAULT 1,
+	record_refused pg_catalog.bool DEFAULT true,
+	block pg_catalog.interval DEFAULT NULL, durable pg_catalog.bool DEFAULT true,
+	anchor pg_catalog.text DEFAULT 'epoch', mode pg_catalog.text DEFAULT 'enforce',
+	time_zone pg_catalog.text DEFAULT NULL, tenant pg_catalog.text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'pklimit_policy_set'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_policy_set(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.text, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text) IS
+'Creates or changes the policy name: the limit of the calls that name it, with the arguments and defaults of pklimit_allow, and mode enforce or shadow. tenant => NULL (default): the default row; a tenant: the override for calls made with that platformkit.tenant. Seen by every call once committed.';
+
+CREATE FUNCTION @extschema@.pklimit_policy_drop(name pg_catalog.text,
+	tenant pg_catalog.text DEFAULT NULL)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'pklimit_policy_drop'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_policy_drop(pg_catalog.text, pg_catalog.text) IS
+'Deletes the default row of the policy name (tenant => NULL) or one tenant''s override; true if there was one. Counts already made under it stay until purged.';
+
+CREATE FUNCTION @extschema@.pklimit_allow(key pg_catalog.text,
+	policy pg_catalog.text, cost pg_catalog.int8 DEFAULT NULL)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'pklimit_allow_policy'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_allow(pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
+'Records cost events (default: the policy''s cost) for key under the limit of policy (its override for the session''s platformkit.tenant, else its default row); true if the limit allows them, or if the policy is in shadow mode. A key is counted apart under each policy.';
+
+CREATE FUNCTION @extschema@.pklimit_check(key pg_catalog.text,
+	policy pg_catalog.text, cost pg_catalog.int8 DEFAULT NULL,
+	OUT allowed pg_catalog.bool, OUT count pg_catalog.int8,
+	OUT remaining pg_catalog.int8, OUT reset_at pg_catalog.timestamptz,
+	OUT retry_after pg_catalog.interval, OUT status pg_catalog.text)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pklimit_check_policy'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_check(pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
+'The same call as pklimit_allow(key, policy, cost), returning allowed, count, remaining, reset_at, retry_after and status (shadow when a policy in shadow mode refused it).';
+
+CREATE FUNCTION @extschema@.pklimit_check_all(keys pg_catalog.text[],
+	policies pg_catalog.text[], cost pg_catalog.int8 DEFAULT NULL,
+	OUT key pg_catalog.text, OUT allowed pg_catalog.bool, OUT count pg_catalog.int8,
+	OUT remaining pg_catalog.int8, OUT reset_at pg_catalog.timestamptz,
+	OUT retry_after pg_catalog.interval, OUT status pg_catalog.text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pklimit_check_all_policy'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_check_all(pg_catalog.text[], pg_catalog.text[], pg_catalog.int8) IS
+'Several (key, policy) pairs in one call, recorded together in one transaction or not at all: one row per pair, in order, with the columns of pklimit_check. cost (default: each policy''s own) applies to every pair.';
+
+CREATE FUNCTION @extschema@.pklimit_allow_all(keys pg_catalog.text[],
+	policies pg_catalog.text[], cost pg_catalog.int8 DEFAULT NULL)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'pklimit_allow_all_policy'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.text[], pg_catalog.int8) IS
+'Several (key, policy) pairs in one call, as pklimit_check_all(keys, policies): true iff every enforcing policy allows.';
+
+CREATE FUNCTION @extschema@.pklimit_count(key pg_catalog.text,
+	policy pg_catalog.text)
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'pklimit_count_policy'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_count(pg_catalog.text, pg_catalog.text) IS
+'The events counted for key under policy, as pklimit_count(key) reads a key''s count; the policy must exist.';
+
+CREATE FUNCTION @extschema@.pklimit_forget(key pg_catalog.text,
+	policy pg_catalog.text)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'pklimit_forget_policy'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_forget(pg_catalog.text, pg_catalog.text) IS
+'Deletes the count of key under policy, as pklimit_forget(key) does a key''s; true if there was one. The policy must exist.';
+
+CREATE FUNCTION @extschema@.pklimit_decrement(key pg_catalog.text,
+	policy pg_catalog.text, cost pg_catalog.int8 DEFAULT NULL)
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'pklimit_decrement_policy'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_decrement(pg_catalog.text, pg_catalog.text, pg_catalog.int8) IS
+'Takes up to cost (default: the policy''s cost) events back from key''s state under policy, as pklimit_decrement(key, cost) does, on the policy''s path (durable or memory).';
+
+CREATE FUNCTION @extschema@.pklimit_policy_stats(
+	OUT dbid pg_catalog.oid, OUT name pg_catalog.text, OUT tenant pg_catalog.text,
+	OUT mode pg_catalog.text, OUT calls pg_catalog.int8,
+	OUT allowed pg_catalog.int8, OUT refused pg_catalog.int8,
+	OUT would_refuse pg_catalog.int8, OUT unavailable pg_catalog.int8,
+	OUT table_reads pg_catalog.int8)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pklimit_policy_stats'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pklimit_policy_stats() IS
+'Per database and policy row (tenant NULL: the default row) since the server started: the recording calls it decided, allowed, refused, would have refused in shadow mode (would_refuse, allowed), found unavailable, and the reads of the policy table that found it (once per session after each change). At most 1,000 rows are tracked; later ones are not counted.';
+
+CREATE FUNCTION @extschema@.pklimit_stored_key(key pg_catalog.text,
+	policy pg_catalog.text)
+RETURNS pg_catalog.text
+AS 'MODULE_PATHNAME', 'pklimit_stored_key_policy'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pklimit_stored_key(pg_catalog.text, pg_catalog.text) IS
+'The key of the row that calls on key under policy count in, under the session''s platformkit.tenant.';
+
+CREATE FUNCTION @extschema@.pklimit_node(key pg_catalog.text,
+	policy pg_catalog.text, OUT node_name pg_catalog.text,
+	OUT node_port pg_catalog.int4, OUT shard_id pg_catalog.int8)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pklimit_node_policy'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pklimit_node(pg_catalog.text, pg_catalog.text) IS
+'On Citus, the node and shard that hold the row of key under policy, as pklimit_node(key) for a key''s own row.';
+
 --@include replace_end.sql
 
 COMMENT ON COLUMN @extschema@.platformkit_limits.window_start IS
 'fixed: start of the window, aligned to the Unix epoch, or the first event''s moment with anchor first; sliding: start of the current window; gcra: where tat is counted from. The window is window_end - window_start.';
 
+
+-- Changing policies is pklimit_admin's (and the owner's), not PUBLIC's.
+REVOKE ALL ON FUNCTION @extschema@.pklimit_policy_set(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.text, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.pklimit_policy_drop(pg_catalog.text, pg_catalog.text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.pklimit_policy_set(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.text, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.bool, pg_catalog.text, pg_catalog.text, pg_catalog.text, pg_catalog.text) TO pklimit_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.pklimit_policy_drop(pg_catalog.text, pg_catalog.text) TO pklimit_admin;
+GRANT EXECUTE ON FUNCTION @extschema@.pklimit_policy_stats() TO pklimit_admin;

@@ -1,0 +1,50 @@
+/*-------------------------------------------------------------------------
+ *
+ * policy.h
+ *		Policies (policy.c; docs/policies.md): a named limit kept as a row of
+ *		platformkit_limit_policies, a default row and a row per tenant that
+ *		overrides it.  A call that names a policy gets its limit from this
+ *		backend's cache, which the table's trigger empties at commit of any
+ *		change; and what each policy row decided is counted in shared memory
+ *		for pklimit_policy_stats().
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PKLIMIT_POLICY_H
+#define PKLIMIT_POLICY_H
+
+#include "fmgr.h"
+
+#include "request.h"
+
+/* Longest policy name and override tenant, in bytes (the table checks). */
+#define PKLIMIT_POLICY_NAME_MAX 63
+#define PKLIMIT_POLICY_TENANT_MAX 255
+
+/* Policy rows whose calls pklimit_policy_stats() counts, in the cluster. */
+#define PKLIMIT_POLICY_STATS_MAX 1000
+
+typedef struct PklimitPolicyStats PklimitPolicyStats;
+
+/* A policy as a call finds it: the row for its tenant, else the default. */
+typedef struct PklimitPolicy
+{
+	PklimitCall call;			/* its limit, with its cost */
+	bool		shadow;			/* mode shadow: counted, never refused */
+	PklimitPolicyStats *stats;	/* its row's counters; NULL: not tracked */
+} PklimitPolicy;
+
+extern void pklimit_policy_get(Oid nspid, const char *name,
+							   PklimitPolicy *policy);
+extern char *pklimit_policy_name_value(FunctionCallInfo fcinfo, int argno);
+extern char *pklimit_policy_key_args(FunctionCallInfo fcinfo, int keyarg,
+									 int policyarg);
+extern void pklimit_policy_count(const PklimitPolicy *policy,
+								 PklimitStatus status, bool limit_allowed,
+								 bool shadowed);
+
+extern Size pklimit_policy_shmem_size(void);
+extern void pklimit_policy_shmem_init(void);
+extern void pklimit_policy_forget_database(Oid dboid);
+
+#endif							/* PKLIMIT_POLICY_H */
