@@ -2,7 +2,9 @@
 #
 # Randomized conformance test: replays seeded random sequences of
 # pklimit_allow / pklimit_check / pklimit_count / pklimit_forget /
-# pklimit_purge calls and tenant switches against a small reference model
+# pklimit_purge calls, the same calls naming a policy (with a tenant's
+# override, a cost, record_refused => false, a block, shadow mode), and
+# tenant switches against a small reference model
 # written in Perl, and demands identical answers for every operation
 # (the README's semantics and keys and tenants: "both limiters agree").
 #
@@ -127,6 +129,38 @@ my @HOT = ('b:c', 'c', '21', '1', "caf\xc3\xa9", $P300 . 'a', $P300 . 'b',
 
 sub pick { return $_[ int(rand(scalar @_)) ]; }
 
+# The policies, made on the node before the run (PklimitModel.pm's
+# create_policies): a short window, a cost, a quota with a block, shadow
+# mode, and overrides for tenants of the vocabulary.
+sub policy_row
+{
+	my ($max, $w, %o) = @_;
+	my $b = $o{block} ? pick(@BLOCKS) : [ 0, undef ];
+	return { max => $max, w => $w->[0], ws => $w->[1], cost => $o{cost} // 1,
+		rr => $o{rr} // 1, block => $b->[0], bs => $b->[1], shadow => $o{shadow} // 0 };
+}
+%POLICIES = (
+	short => { default => policy_row(3, $WINDOWS[1]) },
+	costly => { default => policy_row(10, $WINDOWS[4], cost => 3) },
+	quota => { default => policy_row(4, $WINDOWS[9], rr => 0, block => 1) },
+	shadow => { default => policy_row(2, $WINDOWS[4], shadow => 1) },
+	plan => {
+		default => policy_row(3, $WINDOWS[3]),
+		tenants => {
+			'a' => policy_row(1, $WINDOWS[3]),
+			'1' => policy_row(6, $WINDOWS[6], cost => 2),
+			"\xc3\xbc" => policy_row(2, $WINDOWS[0], shadow => 1),
+		} },
+);
+my @POLICY_NAMES = sort keys %POLICIES;
+
+# The window lengths of a policy's rows, for the model's boundary check.
+sub policy_windows
+{
+	my $p = $POLICIES{ $_[0] };
+	return [ map { $_->{w} } $p->{default}, values %{ $p->{tenants} // {} } ];
+}
+
 # ---------------------------------------------------------------------------
 # Operation generator.  An operation is a hash: {op => ..., args}; the SQL
 # and the expected output are derived from it.  Generation consumes the RNG
@@ -219,6 +253,24 @@ sub gen_call
 			wus => [ map { $_->[0] } @windows ], wss => [ map { $_->[1] } @windows ],
 			gen_options() };
 	}
+	if ($r < 0.78)
+	{
+		# a call naming a policy: its own count of the key, now and then
+		# with the call's cost
+		# (mostly three hot keys, so that policies refuse now and then)
+		my $policy = pick(@POLICY_NAMES);
+		my %o = (key => rand() < 0.8 ? pick(@HOT[ 0 .. 2 ]) : gen_key(),
+			policy => $policy, wus => policy_windows($policy));
+		$o{cost} = pick(0, 1, 2) if rand() < 0.2;
+		return { op => rand() < 0.5 ? 'allow_p' : 'check_p', %o };
+	}
+	if ($r < 0.82)
+	{
+		my $policy = pick(@POLICY_NAMES);
+		my $op = rand() < 0.8 || $opt{no_forget} ? 'count_p' : 'forget_p';
+		return { op => $op, key => gen_key(), policy => $policy,
+			wus => policy_windows($policy) };
+	}
 	if ($r < 0.94 || $opt{no_forget})
 	{
 		return { op => 'count', key => gen_key() };
@@ -281,6 +333,7 @@ sub gen_ops
 # ---------------------------------------------------------------------------
 
 my $node = conformance_node('conformance', "seed $SEED (replay with PKLIMIT_SEED=$SEED)");
+create_policies($node);
 my $failed = 0;
 my $start = time();
 my @all = gen_ops($NOPS);

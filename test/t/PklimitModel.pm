@@ -44,8 +44,8 @@ use Exporter 'import';
 use PklimitAlgorithms ();
 
 our @EXPORT = qw(USEC INT64_MAX $DEFAULT_MAX $DEFAULT_WINDOW %coverage
-  conformance_node run_batch window_of q_lit show server_clock
-  operations_compared replays);
+  %POLICIES conformance_node create_policies run_batch window_of q_lit show
+  server_clock operations_compared replays);
 
 use constant USEC => 1_000_000;
 use constant INT64_MAX => 9223372036854775807;
@@ -53,6 +53,11 @@ use constant INT64_MAX => 9223372036854775807;
 # What pklimit.default_max and pklimit.default_window are at the start.
 our $DEFAULT_MAX = 10;
 our $DEFAULT_WINDOW = 900 * USEC;
+
+# The policies the runs may name (create_policies makes them): each a
+# default row and overrides by tenant, every row {max, w (microseconds), ws
+# (its spelling), cost, rr, block (microseconds, 0: none), bs, shadow}.
+our %POLICIES;
 
 my $MAX_ATTEMPTS = 10;
 my $SEED = '';    # for the failure report: how to replay
@@ -122,6 +127,17 @@ sub op_sql
 	  if $op eq 'check_all';
 	return "SELECT pklimit_count($k);" if $op eq 'count';
 	return "SELECT pklimit_forget($k);" if $op eq 'forget';
+	my $p = defined $o->{policy} ? q_lit($o->{policy}) : undef;
+	my $cost = defined $o->{cost} ? ", $o->{cost}" : '';
+	return "SELECT pklimit_allow($k, $p$cost);" if $op eq 'allow_p';
+	return
+	    "SELECT allowed, count, remaining,"
+	  . " (extract(epoch FROM reset_at) * 1000000)::bigint,"
+	  . " (extract(epoch FROM retry_after) * 1000000)::bigint, status"
+	  . " FROM pklimit_check($k, $p$cost);"
+	  if $op eq 'check_p';
+	return "SELECT pklimit_count($k, $p);" if $op eq 'count_p';
+	return "SELECT pklimit_forget($k, $p);" if $op eq 'forget_p';
 	die "unknown op $op";
 }
 
@@ -151,6 +167,9 @@ sub op_desc
 	return "pklimit_$op(" . show($o->{key}) . ")"
 	  if $op eq 'count' || $op eq 'forget';
 	return "pklimit_allow(" . show($o->{key}) . ")" if $op eq 'allow1';
+	return "pklimit_" . ($op =~ s/_p$//r) . "(" . show($o->{key}) . ", '$o->{policy}'"
+	  . (defined $o->{cost} ? ", $o->{cost}" : '') . ")"
+	  if $op =~ /_p$/;
 	return "set_config('platformkit.tenant', " . show($o->{tenant}) . ")"
 	  if $op eq 'set_config';
 	return "SET platformkit.tenant = " . show($o->{tenant}) if $op eq 'set';
@@ -334,6 +353,42 @@ sub model_run
 				$i ];
 			next;
 		}
+		if ($op eq 'allow_p' || $op eq 'check_p')
+		{
+			# the tenant's row of the policy, else its default; a key
+			# counted apart under each policy
+			my $p = $POLICIES{ $o->{policy} };
+			$p = $p->{tenants}{$tenant} // $p->{default};
+			my $pid = "$tenant\0$o->{key}\0$o->{policy}";
+			my $c = { max => $p->{max}, w => $p->{w}, cost => $o->{cost} // $p->{cost},
+				rr => $p->{rr}, block => $p->{block} };
+			my $v = decide($rows->{$pid}, $t, $c);
+			my $row = apply_call($rows, $pid, $t, $c, $v, $v->{allowed} || $c->{rr}, $t1);
+			my $shadowed = !$v->{allowed} && $p->{shadow};
+			$coverage{policy_call}++;
+			$coverage{policy_refused}++ unless $v->{allowed} || $shadowed;
+			$coverage{policy_shadowed}++ if $shadowed;
+			if ($op eq 'check_p')
+			{
+				my $cols = check_columns($v, $row, $t, $t1);
+				($cols->[0], $cols->[5]) = ('t', 'shadow') if $shadowed;
+				push @expect, [ $cols, $i ];
+			}
+			else { push @expect, [ $v->{allowed} || $shadowed ? 't' : 'f', $i ]; }
+			next;
+		}
+		if ($op eq 'count_p' || $op eq 'forget_p')
+		{
+			my $pid = "$tenant\0$o->{key}\0$o->{policy}";
+			if ($op eq 'count_p')
+			{
+				push @expect, [ PklimitAlgorithms::model_count($rows->{$pid}, $t), $i ];
+				next;
+			}
+			push @expect, [ exists $rows->{$pid} ? 't' : 'f', $i ];
+			delete $rows->{$pid};
+			next;
+		}
 		if ($op eq 'count')
 		{
 			my $row = $rows->{$id};
@@ -433,6 +488,28 @@ my $ROWS = "SELECT count(*) FROM platformkit_limits;\n";    # as superuser
 
 my $total_ops = 0;
 my $wipes = 0;
+
+# Make the policies of %POLICIES on the node (as its superuser).
+sub create_policies
+{
+	my ($node) = @_;
+	my $sql = '';
+	for my $name (sort keys %POLICIES)
+	{
+		my $p = $POLICIES{$name};
+		for my $tenant (undef, sort keys %{ $p->{tenants} // {} })
+		{
+			my $r = defined $tenant ? $p->{tenants}{$tenant} : $p->{default};
+			$sql .= "SELECT pklimit_policy_set(" . q_lit($name) . ", $r->{max}, "
+			  . q_lit($r->{ws}) . ", cost => $r->{cost}, record_refused => "
+			  . ($r->{rr} ? 'true' : 'false')
+			  . ($r->{block} ? ", block => " . q_lit($r->{bs}) : '')
+			  . ", mode => '" . ($r->{shadow} ? 'shadow' : 'enforce') . "'"
+			  . (defined $tenant ? ", tenant => " . q_lit($tenant) : '') . ");\n";
+		}
+	}
+	$node->safe_psql('postgres', $sql);
+}
 
 # The server clock, in microseconds since the epoch.
 sub server_clock
