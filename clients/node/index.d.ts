@@ -10,7 +10,8 @@ export type Algorithm = 'fixed' | 'gcra' | 'sliding';
 /** Where a fixed window starts: at the key's first hit, or aligned to the Unix epoch. */
 export type Anchor = 'first' | 'epoch';
 
-export interface PklimitStoreOptions {
+/** The options of every store. */
+export interface PklimitCommonOptions {
   /** Where pklimit is installed: a `pg.Pool` (or a client). Never ended by the store. */
   pool: Queryable;
   /**
@@ -21,6 +22,15 @@ export interface PklimitStoreOptions {
   prefix?: string;
   /** The schema pklimit is installed in, if it is not on the search_path. */
   schema?: string;
+  /** Where warnings go when the store cannot be reached (default `console.warn`). */
+  logger?: ((message: string) => void) | { warn(message: string): void };
+  /** The tenant of a call; default: the one `pklimitTenant()` or `withTenant()` set. */
+  tenant?: (key: string) => string | null | undefined;
+}
+
+/** A store whose limit is express-rate-limit's `limit` and `windowMs`. */
+export interface LimitOptions extends PklimitCommonOptions {
+  policy?: undefined | null;
   /** pklimit's algorithm (default `'fixed'`); used only when `limit` is a number. */
   algorithm?: Algorithm;
   /**
@@ -30,10 +40,6 @@ export interface PklimitStoreOptions {
    * only: `gcra` and `sliding` have no such start.
    */
   anchor?: Anchor;
-  /** Where warnings go when the store cannot be reached (default `console.warn`). */
-  logger?: ((message: string) => void) | { warn(message: string): void };
-  /** The tenant of a call; default: the one `pklimitTenant()` or `withTenant()` set. */
-  tenant?: (key: string) => string | null | undefined;
   /**
    * `durable =>` of every `pklimit_check` and `pklimit_decrement` (default `true`):
    * `true`, each hit is committed before its answer; `false`, pklimit's memory path:
@@ -44,6 +50,25 @@ export interface PklimitStoreOptions {
   durable?: boolean;
 }
 
+/**
+ * A store that names a pklimit policy (pklimit 0.4.0): the policy in the database decides each
+ * hit, its limit, window, algorithm, cost, durability and anchor, and a change to it applies
+ * to the next request. express-rate-limit's `windowMs` is not sent, nor its `limit`: pass
+ * `limit: store.policyLimit` so that the headers show the policy's limit.
+ */
+export interface PolicyOptions extends PklimitCommonOptions {
+  /** The policy's name (1 to 63 bytes), as `pklimit_policy_set` made it. */
+  policy: string;
+  /** The policy's: refused with `policy`. */
+  algorithm?: never;
+  /** The policy's: refused with `policy`. */
+  anchor?: never;
+  /** The policy's: refused with `policy`. */
+  durable?: never;
+}
+
+export type PklimitStoreOptions = LimitOptions | PolicyOptions;
+
 export declare class PklimitStore implements Store {
   constructor(options: PklimitStoreOptions);
   readonly localKeys: false;
@@ -53,6 +78,13 @@ export declare class PklimitStore implements Store {
   readonly anchor: Anchor;
   /** The `durable` option: `false` is pklimit's memory path. */
   readonly durable: boolean;
+  /** The `policy` option: the policy that decides each hit, if any. */
+  readonly policy: string | undefined;
+  /**
+   * express-rate-limit's `limit` for a store with `policy`: the policy's `max_count` as the
+   * request's increment read it (`rateLimit({ store, limit: store.policyLimit })`).
+   */
+  readonly policyLimit: (request?: unknown, response?: unknown) => number;
   init(options: Options): void;
   increment(key: string): Promise<ClientRateLimitInfo>;
   get(key: string): Promise<ClientRateLimitInfo | undefined>;

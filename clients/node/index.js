@@ -6,7 +6,9 @@
 // rollback.  durable (the default): committed by pklimit's worker before the
 // answer; durable: false, pklimit's memory path: decided in shared memory by
 // the calling backend and written to the table within
-// pklimit.flush_interval (docs/memory.md).
+// pklimit.flush_interval (docs/memory.md).  With policy, a limit named in
+// the database (pklimit 0.4.0's policies) decides each hit instead of the
+// limit and window express-rate-limit gives the store.
 
 const { AsyncLocalStorage } = require('node:async_hooks');
 
@@ -19,8 +21,12 @@ const ALGORITHMS = ['fixed', 'gcra', 'sliding'];
 // from the Unix epoch (pklimit's default for SQL callers).
 const ANCHORS = ['first', 'epoch'];
 // The pklimit each kind of store needs: durable =>, algorithm => and
-// pklimit_decrement came in 0.3.0, anchor => in 0.4.0.
-const NEEDS = { base: '0.3.0', anchor: '0.4.0' };
+// pklimit_decrement came in 0.3.0, anchor => and policies in 0.4.0.
+const NEEDS = { base: '0.3.0', anchor: '0.4.0', policy: '0.4.0' };
+// What a policy decides for itself: a store that names one takes none.
+const POLICY_DECIDES = ['algorithm', 'durable', 'anchor'];
+// The longest policy name pklimit takes, in bytes.
+const POLICY_NAME_MAX = 63;
 
 // The tenant of the request being served, set by pklimitTenant() or
 // withTenant(); shared by every store in the process.
@@ -130,7 +136,7 @@ function toWarn(logger) {
 
 // The store's options: a name it does not know (Durable, windowMS) is a
 // mistake that would otherwise be ignored without a word.
-const OPTIONS = ['pool', 'prefix', 'schema', 'algorithm', 'anchor', 'logger', 'tenant', 'durable'];
+const OPTIONS = ['pool', 'prefix', 'schema', 'algorithm', 'anchor', 'logger', 'tenant', 'durable', 'policy'];
 
 function checkOptionNames(options) {
   for (const name of Object.keys(options)) {
@@ -141,9 +147,28 @@ function checkOptionNames(options) {
   }
 }
 
+// The policy option: a name pklimit can hold, and none of the options the
+// policy decides (their defaults are the store's, not the policy's).
+function checkPolicy(options) {
+  const { policy } = options;
+  if (policy === undefined || policy === null) return undefined;
+  if (typeof policy !== 'string' || policy === '' || Buffer.byteLength(policy) > POLICY_NAME_MAX) {
+    throw new TypeError(`PklimitStore: policy must be the name of a pklimit policy, a string of 1 to` +
+      ` ${POLICY_NAME_MAX} bytes, got ${typeof policy === 'string' ? `'${policy}'` : `${typeof policy} ${String(policy)}`}`);
+  }
+  for (const name of POLICY_DECIDES) {
+    if (options[name] !== undefined) {
+      throw new TypeError(`PklimitStore: ${name} cannot be given with policy: the policy '${policy}' decides it;` +
+        ` leave ${name} out, or set it in the policy (pklimit_policy_set('${policy}', ..., ${name} => ...))`);
+    }
+  }
+  return policy;
+}
+
 class PklimitStore {
   constructor(options = {}) {
     checkOptionNames(options);
+    const policy = checkPolicy(options);
     const { pool, prefix = 'rl:', schema, algorithm, anchor = 'first', logger, tenant, durable = true } = options;
     if (!pool || typeof pool.query !== 'function') {
       throw new TypeError('PklimitStore: pool must be a pg.Pool (or a client with a query method)');
@@ -169,6 +194,7 @@ class PklimitStore {
     this.algorithm = algorithm;
     this.anchor = anchor;
     this.durable = durable;
+    this.policy = policy;
     this.schema = schema === undefined || schema === null ? undefined : String(schema);
     this.warn = toWarn(logger);
     this.tenantOf = tenant ?? currentTenant;
@@ -178,6 +204,15 @@ class PklimitStore {
     this.keepsRefusals = false;
     this.takesBack = false;
     this.increments = new AsyncLocalStorage();
+    // express-rate-limit's limit, as a function of the request: the policy's
+    // max_count that the request's increment read (rateLimit({ store, limit:
+    // store.policyLimit })), so that the headers show the policy's limit.
+    this.policyLimit = () => {
+      if (this.policy === undefined) {
+        throw new TypeError('PklimitStore: policyLimit is the limit of a policy: give the store the option policy');
+      }
+      return this.increments.getStore()?.limit ?? 1;
+    };
     this.buildQueries();
   }
 
@@ -193,8 +228,17 @@ class PklimitStore {
   // 'first' into every pklimit_check of a fixed window, and nothing with
   // anchor 'epoch', pklimit's own default, so that such a store takes any
   // pklimit 0.3.0.  pklimit_count and pklimit_forget are exact on both paths.
+  // Every parameter is cast: node-postgres sends them untyped, and pklimit
+  // 0.4.0's policy forms (key, policy, cost) make a call of three untyped
+  // arguments ambiguous (42725).
   buildQueries() {
     const s = this.schema === undefined ? '' : quoteIdent(this.schema) + '.';
+    const tenantAndKey =
+      "(SELECT pg_catalog.set_config('platformkit.tenant', $1::text, true) AS tenant, $2::text AS key OFFSET 0) t";
+    if (this.policy !== undefined) {
+      this.buildPolicyQueries(s, tenantAndKey);
+      return;
+    }
     // gcra and sliding count against max_count: with a limit computed per
     // request there is none, and their counts would mean nothing.
     this.callAlgorithm = this.limitIsNumber ? this.algorithm : undefined;
@@ -204,8 +248,6 @@ class PklimitStore {
     const durable = this.durable ? '' : ', durable => false';
     const algorithm = this.callAlgorithm ? `, algorithm => '${this.callAlgorithm}'` : '';
     const anchor = this.firstAnchored ? ", anchor => 'first'" : '';
-    const tenantAndKey =
-      "(SELECT pg_catalog.set_config('platformkit.tenant', $1, true) AS tenant, $2::text AS key OFFSET 0) t";
     // opened: under anchor 'first', a window that ends before one started
     // now would is one already open (get reads it when the count is 0)
     this.sql = {
@@ -215,6 +257,30 @@ class PklimitStore {
         ` LATERAL ${s}pklimit_check(t.key, $3::bigint, $4::interval, cost => $5::bigint${durable}${algorithm}${anchor}) c`,
       decrement: `SELECT ${s}pklimit_decrement(t.key, 1${durable}) AS count FROM ${tenantAndKey}`,
       forget: `SELECT ${s}pklimit_forget(t.key) AS forgotten FROM ${tenantAndKey}`,
+    };
+  }
+
+  // With policy: the policy forms, $3 the policy's name, cost NULL (the
+  // policy's own) for a hit and 0 for a peek.  The statement also reads the
+  // policy row the call was decided by (the tenant's override, else the
+  // default row; pklimit_policies shows a session no other tenant's): its
+  // max_count for the headers, and whether a refusal records something a
+  // decrement could take back.
+  buildPolicyQueries(s, tenantAndKey) {
+    this.callAlgorithm = undefined;
+    this.firstAnchored = false;
+    this.needs = NEEDS.policy;
+    const policyRow = 'LEFT JOIN LATERAL (SELECT p.max_count, p.algorithm, p.record_refused, p.block IS NOT NULL AS blocks' +
+      ` FROM ${s}pklimit_policies p WHERE p.name = $3::text AND (p.tenant IS NULL OR p.tenant = NULLIF(t.tenant, ''))` +
+      ' ORDER BY p.tenant IS NULL LIMIT 1) p ON true';
+    this.sql = {
+      check: 'SELECT c.allowed, c.count, c.remaining, c.reset_at,' +
+        ' extract(epoch FROM c.retry_after) * 1000 AS retry_ms, c.status,' +
+        ' p.max_count, p.algorithm, p.record_refused, p.blocks' +
+        ` FROM ${tenantAndKey}` +
+        ` CROSS JOIN LATERAL ${s}pklimit_check(t.key, $3::text, $4::bigint) c ${policyRow}`,
+      decrement: `SELECT ${s}pklimit_decrement(t.key, $3::text) AS count FROM ${tenantAndKey}`,
+      forget: `SELECT ${s}pklimit_forget(t.key, $3::text) AS forgotten FROM ${tenantAndKey}`,
     };
   }
 
@@ -243,11 +309,13 @@ class PklimitStore {
   // its first await, so that the rest of the request carries the note; an
   // increment that recorded nothing a decrement could take back (an
   // unavailable answer, a GCRA refusal) marks it, and the decrement of
-  // that request, and of no other, takes nothing back.  The note lives
-  // and dies with the request: nothing is kept per key.
+  // that request, and of no other, takes nothing back.  With policy, the
+  // note also carries the policy's limit to policyLimit, which
+  // express-rate-limit calls after the increment.  The note lives and dies
+  // with the request: nothing is kept per key.
   noteIncrement(tenant, key) {
-    if (!this.takesBack) return undefined;
-    const note = { tenant, key, recorded: true, spent: false };
+    if (!this.takesBack && this.policy === undefined) return undefined;
+    const note = { tenant, key, recorded: true, spent: false, limit: undefined };
     this.increments.enterWith(note);
     return note;
   }
@@ -267,13 +335,14 @@ class PklimitStore {
   }
 
   // Runs one of the store's statements.  SQLSTATE 42883 (or 3F000, of the
-  // schema option) means that pklimit is not where the store looks, or is
+  // schema option; or 42P01, pklimit_policies missing) means that pklimit is not where the store looks, or is
   // older than the statement: said so, with what to do.
   async query(text, params) {
     try {
       return await this.pool.query(text, params);
     } catch (error) {
-      if (error?.code !== '42883' && !(error?.code === '3F000' && this.schema !== undefined)) throw error;
+      if (error?.code !== '42883' && !(error?.code === '3F000' && this.schema !== undefined) &&
+          !(error?.code === '42P01' && this.policy !== undefined)) throw error;
       throw (await this.missing(error)) ?? error;
     }
   }
@@ -299,9 +368,11 @@ class PklimitStore {
         (this.schema !== undefined ? ` not in ${quoteIdent(this.schema)}` : ' which is not on the search_path') +
         `: pass schema: ${JSON.stringify(found.schema)} to PklimitStore`;
     } else if (olderThan(found.version, this.needs)) {
+      const anchored = this.policy === undefined && this.needs === NEEDS.anchor;
       what = `pklimit ${found.version} in database ${db} is older than this store needs (${this.needs}` +
-        (this.needs === NEEDS.anchor ? ", for anchor 'first'" : '') + '): run ALTER EXTENSION pklimit UPDATE in it' +
-        (this.needs === NEEDS.anchor && !olderThan(found.version, NEEDS.base) ? ", or pass anchor: 'epoch'" : '');
+        (anchored ? ", for anchor 'first'" : this.policy !== undefined ? ', for policy' : '') +
+        '): run ALTER EXTENSION pklimit UPDATE in it' +
+        (anchored && !olderThan(found.version, NEEDS.base) ? ", or pass anchor: 'epoch'" : '');
     } else {
       return undefined;
     }
@@ -314,10 +385,17 @@ class PklimitStore {
     return this.prefix + escapeKey(key);
   }
 
+  // With policy, cost null is the policy's cost.
   async check(key, cost, tenant = this.tenantFor(key)) {
-    const { rows } = await this.query(this.sql.check,
-      [tenant, this.storedKey(key), this.maxCount, this.window, cost]);
+    const { rows } = await this.query(this.sql.check, this.policy === undefined
+      ? [tenant, this.storedKey(key), this.maxCount, this.window, cost]
+      : [tenant, this.storedKey(key), this.policy, cost]);
     return rows[0];
+  }
+
+  // The parameters of decrement's and forget's statements on key.
+  params(tenant, key) {
+    return this.policy === undefined ? [tenant, this.storedKey(key)] : [tenant, this.storedKey(key), this.policy];
   }
 
   unavailable(what, key, row) {
@@ -328,7 +406,8 @@ class PklimitStore {
   async increment(key) {
     const tenant = this.tenantFor(key);
     const note = this.noteIncrement(tenant, key);
-    const row = await this.check(key, 1, tenant);
+    const row = await this.check(key, this.policy === undefined ? 1 : null, tenant);
+    if (this.policy !== undefined && note) note.limit = this.policyLimitOf(row);
     if (row.status !== 'ok' && row.status !== 'shadow') {
       this.unavailable('increment', key, row);
       if (note) note.recorded = false;
@@ -336,6 +415,7 @@ class PklimitStore {
       // the limit; deny: more hits than any limit can allow.
       return { totalHits: row.allowed ? 0 : Number.MAX_SAFE_INTEGER, resetTime: undefined };
     }
+    if (this.policy !== undefined) return this.policyAnswer(row, note);
     let totalHits = toCount(row.count);
     // pklimit decides; the middleware refuses when totalHits > limit.  With
     // 'fixed' and status 'ok' the two agree already; shadow mode (allowed
@@ -352,10 +432,43 @@ class PklimitStore {
     return { totalHits, resetTime };
   }
 
+  // The limit express-rate-limit compares with under a policy: its own
+  // when a number, else (policyLimit, or a function of its own) the
+  // policy's max_count, read with the answer; failing that (the row
+  // changed between the two), the one the answer implies.
+  policyLimitOf(row) {
+    if (this.limitIsNumber) return this.limit;
+    if (row.max_count !== null && row.max_count !== undefined) return toCount(row.max_count);
+    return row.count === null ? 1 : toCount(row.count) + toCount(row.remaining);
+  }
+
+  // An answer under a policy, which decided it whatever express-rate-limit's
+  // limit: totalHits on the side pklimit decided, such that the
+  // middleware's remaining (limit - totalHits) is pklimit's remaining.  A
+  // refusal the policy's shadow mode let through is at the limit
+  // (remaining 0, no 429).  Under gcra, or with record_refused false, a
+  // refusal left nothing for a decrement to take back.
+  policyAnswer(row, note) {
+    const limit = note?.limit ?? this.policyLimitOf(row);
+    let totalHits;
+    if (!row.allowed) totalHits = limit + 1;
+    else if (row.status === 'shadow') totalHits = limit;
+    else totalHits = Math.max(limit - toCount(row.remaining), 1);
+    const refused = !row.allowed || row.status === 'shadow';
+    if (note && refused && (row.algorithm === 'gcra' || row.record_refused === false)) note.recorded = false;
+    // a refusal's Retry-After: when a call would be allowed again, which is
+    // the window's end only for a fixed window without block
+    const resetTime = !row.allowed && (row.algorithm !== 'fixed' || row.blocks)
+      ? new Date(Date.now() + Number(row.retry_ms)) : new Date(row.reset_at);
+    return { totalHits, resetTime };
+  }
+
   // The key's hits and reset time, as express-rate-limit's MemoryStore
   // answers them: undefined for a key without an open window, 0 hits for
   // one whose hits were all taken back (seen only of a window anchored at
   // its first event: an epoch-aligned one reads the same either way).
+  // Under a policy, whose window the store does not know, 0 hits is
+  // undefined.
   async get(key) {
     const row = await this.check(key, 0);
     if (row.status !== 'ok' && row.status !== 'shadow') {
@@ -370,14 +483,14 @@ class PklimitStore {
   async decrement(key) {
     const tenant = this.tenantFor(key);
     if (this.recordedNothing(tenant, key)) return;
-    const { rows } = await this.query(this.sql.decrement, [tenant, this.storedKey(key)]);
+    const { rows } = await this.query(this.sql.decrement, this.params(tenant, key));
     if (rows[0].count === null) {
       this.warn(`rate-limit-pklimit: store unavailable for decrement of key ${this.storedKey(key)}: nothing taken back`);
     }
   }
 
   async resetKey(key) {
-    const { rows } = await this.query(this.sql.forget, [this.tenantFor(key), this.storedKey(key)]);
+    const { rows } = await this.query(this.sql.forget, this.params(this.tenantFor(key), key));
     if (rows[0].forgotten === null) {
       this.warn(`rate-limit-pklimit: store unavailable for reset of key ${this.storedKey(key)}: the count stays`);
     }

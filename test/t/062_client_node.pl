@@ -1,9 +1,9 @@
 # The Node.js client (clients/node, the npm package rate-limit-pklimit): its
 # own test suite (node --test) runs express-rate-limit's real middleware in
 # Express apps against a pklimit node, on the durable and the memory path
-# (durable: false), and through pgbouncer in transaction mode (one server
-# connection), and type-checks index.d.ts with tsc; each of its tests is one
-# assertion here.
+# (durable: false), with stores that name a policy, and through pgbouncer in
+# transaction mode (one server connection), and type-checks index.d.ts with
+# tsc; each of its tests is one assertion here.
 # npm ci installs express, express-rate-limit, pg and typescript from the
 # committed lockfile into a writable copy under the node's basedir (the test
 # runs as an unprivileged user from a copy of the tree).  A missing node, npm
@@ -28,9 +28,9 @@ BAIL_OUT('clients/node not found next to test/') unless $package;
 
 # The Node tests, by file and number: every one must report, none may skip.
 my @files = qw(test/store.test.js test/memory.test.js test/unavailable.test.js test/pgbouncer.test.js
-  test/takeback.test.js test/anchor.test.js test/install.test.js test/keys.test.js test/types.test.js
-  test/esm.test.mjs);
-my $expected_tests = 47;
+  test/takeback.test.js test/anchor.test.js test/install.test.js test/keys.test.js test/policy.test.js
+  test/types.test.js test/esm.test.mjs);
+my $expected_tests = 57;
 
 need('node', 'node', '--version') or BAIL_OUT('node is missing');
 need('npm', 'npm', '--version') or BAIL_OUT('npm is missing');

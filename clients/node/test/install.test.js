@@ -65,7 +65,7 @@ test('pklimit in a schema off the search_path: pass schema', async () => {
   }
 });
 
-test('pklimit older than the store needs: ALTER EXTENSION pklimit UPDATE, or anchor epoch', async () => {
+test('pklimit older than the store needs: ALTER EXTENSION pklimit UPDATE, or anchor epoch; a policy needs 0.4.0', async () => {
   const results = await calls(new PklimitStore({ pool: pool({ database: old }) }));
   assert.match(results[0], new RegExp(`^increment: 42883 rate-limit-pklimit: pklimit 0.3.0 in database "${old}" is older` +
     " than this store needs \\(0.4.0, for anchor 'first'\\): run ALTER EXTENSION pklimit UPDATE in it, or pass anchor: 'epoch'"));
@@ -75,4 +75,9 @@ test('pklimit older than the store needs: ALTER EXTENSION pklimit UPDATE, or anc
   // anchor epoch: the statements of 0.3.0
   assert.deepEqual(await calls(new PklimitStore({ pool: pool({ database: old }), anchor: 'epoch' })),
     ['increment: ok', 'get: ok', 'decrement: ok', 'resetKey: ok']);
+  // a policy: every call needs 0.4.0
+  for (const result of await calls(new PklimitStore({ pool: pool({ database: old }), policy: 'api' }))) {
+    assert.match(result, new RegExp(`^\\w+: 42883 rate-limit-pklimit: pklimit 0.3.0 in database "${old}" is older` +
+      ' than this store needs \\(0.4.0, for policy\\): run ALTER EXTENSION pklimit UPDATE in it \\(function '), result);
+  }
 });

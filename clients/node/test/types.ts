@@ -17,6 +17,11 @@ const asStore: Store = store;
 app.use(rateLimit({ windowMs: 60_000, limit: 100, store: asStore }));
 app.use(rateLimit({ windowMs: 60_000, limit: 5, store: new PklimitStore({ pool: new pg.Client(), prefix: 'login:' }) }));
 
+// a store that names a policy, its limit in the headers
+const policyStore = new PklimitStore({ pool, prefix: 'api', policy: 'api', logger: console });
+app.use(rateLimit({ windowMs: 60_000, limit: policyStore.policyLimit, store: policyStore }));
+const policy: string | undefined = policyStore.policy;
+
 const reset: Promise<void> = withTenant('acme', () => store.resetKey('k'));
 const anchor: Anchor = new PklimitStore({ pool }).anchor;
 const prefix: string = new PklimitStore({ pool }).prefix;
@@ -30,7 +35,15 @@ new PklimitStore({ pool, anchor: 'midnight' });
 new PklimitStore({ pool, algorithm: 'leaky' });
 // @ts-expect-error durable is a boolean
 new PklimitStore({ pool, durable: 'false' });
+// @ts-expect-error the policy decides the algorithm
+new PklimitStore({ pool, policy: 'api', algorithm: 'gcra' });
+// @ts-expect-error the policy decides durability
+new PklimitStore({ pool, policy: 'api', durable: false });
+// @ts-expect-error the policy decides the anchor
+new PklimitStore({ pool, policy: 'api', anchor: 'first' });
+// @ts-expect-error a policy is named by a string
+new PklimitStore({ pool, policy: 42 });
 // @ts-expect-error the prefix is the store's own
 new PklimitStore({ pool }).prefix = 'x';
 
-export { reset, anchor, prefix, largest };
+export { reset, anchor, prefix, largest, policy };

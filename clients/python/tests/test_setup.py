@@ -108,6 +108,12 @@ class Setup(unittest.TestCase):
             with self.assertRaisesRegex(PklimitSetupError, "older than the sliding window counter needs"
                                                            " \\(0.3.0\\)"):
                 call()
+        policy = self.storage(with_query(uri, policy="api"))
+        for call in (lambda: policy.incr(key, DAY), lambda: policy.get(key), lambda: policy.get_expiry(key),
+                     lambda: policy.clear(key)):
+            with self.assertRaisesRegex(PklimitSetupError, "older than the option policy needs"
+                                                           " \\(0.4.0\\): " + update.format("0.4.0") + "[^,]*$"):
+                call()
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ Every method is one SQL statement in autocommit on a connection of a
 ``psycopg_pool.ConnectionPool``; the tenant, if any, is set for that
 statement only.  With the option ``durable`` false, hits take pklimit's
 memory path (decided in shared memory, written to the table within
-``pklimit.flush_interval``).  The fixed window is offered on every
-version of ``limits``, the sliding window counter where ``limits`` has it
-(4.1 and later); the moving window is not: see README.md.
+``pklimit.flush_interval``).  With the option ``policy``, a limit named in
+the database (pklimit 0.4.0's policies) decides each hit.  The fixed
+window is offered on every version of ``limits``, the sliding window
+counter where ``limits`` has it (4.1 and later); the moving window is not:
+see README.md.
 
 The storage keeps no state of its own per key: every answer is pklimit's,
 read from the database at the call, so no key an attacker chooses grows
@@ -75,7 +77,13 @@ POOL_OPTIONS = {
 }
 
 # The storage's own options that the URI's query string may give too.
-URI_OPTIONS = (*POOL_OPTIONS, "durable", "anchor", "schema")
+URI_OPTIONS = (*POOL_OPTIONS, "durable", "anchor", "schema", "policy")
+
+# What a policy decides for itself: a storage that names one takes none.
+POLICY_DECIDES = ("durable", "anchor")
+
+# The longest policy name pklimit takes, in bytes.
+POLICY_NAME_MAX = 63
 
 # The storage's own options given only in storage_options; wrap_exceptions
 # is limits' (3.8 and later).
@@ -156,6 +164,25 @@ def _anchor(value: Any) -> str:
         "the pklimit storage option anchor must be 'first' or 'epoch', got %r" % (value,))
 
 
+def _policy(own: Dict[str, Any]) -> Optional[str]:
+    """The ``policy`` option: a name pklimit can hold, given without the
+    options the policy decides; None for none."""
+    value = own.get("policy")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value.encode("utf-8", "surrogatepass")) <= POLICY_NAME_MAX:
+        raise ConfigurationError(
+            "the pklimit storage option policy must be the name of a pklimit policy, 1 to %d bytes,"
+            " got %r" % (POLICY_NAME_MAX, value))
+    for name in POLICY_DECIDES:
+        if name in own:
+            raise ConfigurationError(
+                "the pklimit storage option %s cannot be given with policy: the policy %r decides it;"
+                " leave %s out, or set it in the policy (pklimit_policy_set(%r, ..., %s => ...))"
+                % (name, value, name, value, name))
+    return value
+
+
 def _pool_option(name: str, value: Any) -> Union[int, float]:
     try:
         return POOL_OPTIONS[name](value)
@@ -219,7 +246,8 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
 
     :param uri: ``pklimit+postgresql://user:password@host:port/dbname?...``;
      every query parameter but the storage's options (``durable``,
-     ``anchor``, ``schema`` and the ``pool_*`` ones) goes to libpq.
+     ``anchor``, ``schema``, ``policy`` and the ``pool_*`` ones) goes to
+     libpq.
     :param options: ``durable`` (default true: each hit is committed before
      its answer; false: pklimit's memory path, decided in shared memory and
      written to the table within ``pklimit.flush_interval``, so that a
@@ -227,7 +255,10 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
      bool, or true/false, 1/0, yes/no in any case), ``anchor`` (where a
      fixed window starts: 'first', the default, at the key's first hit
      with no window open, as limits' own storages do; 'epoch', at a
-     multiple of its length since the Unix epoch), ``tenant`` (a string,
+     multiple of its length since the Unix epoch), ``policy`` (the name of
+     a pklimit policy, pklimit 0.4.0: the policy row decides every hit, its
+     limit, window, algorithm, durability and anchor, so ``durable`` and
+     ``anchor`` are refused with it), ``tenant`` (a string,
      or a callable returning the tenant of the current call, '' or None
      for none), ``schema`` (the schema of the pklimit functions; default:
      the search path), ``pool`` (a ``ConnectionPool`` of your own to use
@@ -255,6 +286,7 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
         else:
             super().__init__(uri)
         self.pool_options = {k: _pool_option(k, v) for k, v in own.items() if k in POOL_OPTIONS}
+        self.policy: Optional[str] = _policy(own)
         # durable => of every pklimit_check; pklimit_count and
         # pklimit_forget are exact on both paths
         self.durable = _durable(own.get("durable", True))
@@ -282,8 +314,12 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
         self._pool: Optional[ConnectionPool] = None
         self._pool_pid = 0
         self._pool_lock = threading.Lock()
-        self._statements = self._build_statements(self.schema, self.durable, self.anchor)
-        self._needs = self._needed_versions(self.durable, self.anchor)
+        if self.policy is None:
+            self._statements = self._build_statements(self.schema, self.durable, self.anchor)
+            self._needs = self._needed_versions(self.durable, self.anchor)
+        else:
+            self._statements = self._build_policy_statements(self.schema)
+            self._needs = {name: ("0.4.0", "the option policy") for name in self._statements}
 
     @property
     def base_exceptions(self) -> Union[Type[Exception], Tuple[Type[Exception], ...]]:
@@ -336,6 +372,35 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
                               " (SELECT extract(epoch FROM n.retry_after)::float8 FROM {check}(t.key,"
                               " c.count, %s::bigint * interval '1 second', cost => 0{sliding}) n)"
                               " END AS retry) r",
+        }.items()}
+
+    @staticmethod
+    def _build_policy_statements(schema: Optional[str]) -> Dict[str, sql.Composable]:
+        """The statements of a storage with the option policy: the policy
+        forms, the policy's name passed with the tenant and the key.  incr
+        also reads the max_count of the policy row that decided the call
+        (the tenant's override, else the default row; pklimit_policies shows
+        a session no other tenant's)."""
+        def fn(name: str) -> sql.Composable:
+            return sql.SQL(".").join([sql.Identifier(schema), sql.Identifier(name)]) if schema \
+                else sql.Identifier(name)
+
+        names = dict(check=fn("pklimit_check"), count=fn("pklimit_count"), forget=fn("pklimit_forget"),
+                     policies=fn("pklimit_policies"), scoped=sql.SQL(
+                         "(SELECT pg_catalog.set_config('platformkit.tenant', %s::text, true) AS tenant,"
+                         " %s::text AS key, %s::text AS policy OFFSET 0) t"))
+        return {name: sql.SQL(text).format(**names) for name, text in {
+            # cost NULL: the policy's own
+            "incr": "SELECT c.allowed, c.count, c.status, p.max_count FROM {scoped}"
+                    " CROSS JOIN LATERAL {check}(t.key, t.policy, %s::bigint) c"
+                    " LEFT JOIN LATERAL (SELECT p.max_count FROM {policies} p WHERE p.name = t.policy"
+                    " AND (p.tenant IS NULL OR p.tenant = NULLIF(t.tenant, ''))"
+                    " ORDER BY p.tenant IS NULL LIMIT 1) p ON true",
+            "peek": "SELECT c.count, extract(epoch FROM c.reset_at)::float8, c.status FROM {scoped},"
+                    " LATERAL {check}(t.key, t.policy, 0::bigint) c",
+            "get": "SELECT {count}(t.key, t.policy), pg_catalog.current_setting('pklimit.on_unavailable')"
+                   " FROM {scoped}",
+            "clear": "SELECT {forget}(t.key, t.policy) FROM {scoped}",
         }.items()}
 
     @staticmethod
@@ -392,11 +457,14 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
         with self.pool.connection() as conn:
             try:
                 key, *rest = params
+                policy = () if self.policy is None else (self.policy,)
                 return conn.execute(self._statements[statement],
-                                    (self.current_tenant(), _escape_key(key), *rest)).fetchone()
-            except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName) as error:
+                                    (self.current_tenant(), _escape_key(key), *policy, *rest)).fetchone()
+            except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName,
+                    psycopg.errors.UndefinedTable) as error:
                 # 42883: a pklimit function, as the statement calls it, is
-                # not there; 3F000: the option schema's schema is not
+                # not there; 3F000: the option schema's schema is not; 42P01:
+                # nor is pklimit_policies
                 setup = self._diagnose(conn, statement)
                 if setup is None:
                     raise
@@ -432,6 +500,16 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
                        ", or pass the storage option anchor='epoch'" if "anchor" in feature else ""))
         return None
 
+    def _no_policy(self, method: str) -> None:
+        """The sliding window counter passes its own limit: refused with a
+        policy, whose algorithm (sliding too, if it says so) applies through
+        the fixed window's methods."""
+        if self.policy is not None:
+            raise ConfigurationError(
+                "the pklimit storage's %s cannot be used with the option policy: the policy %r"
+                " decides the algorithm; use the strategy 'fixed-window' (flask-limiter's default),"
+                " whatever the policy's algorithm" % (method, self.policy))
+
     @staticmethod
     def _unavailable(status: str, key: str, what: str) -> None:
         logger.warning("pklimit store unavailable (%s) for key %r: %s", status, key, what)
@@ -441,16 +519,33 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
         seconds and returns the window's count.  When the store is
         unavailable: ``sys.maxsize`` under ``pklimit.on_unavailable =
         'deny'``, 0 under ``'allow'``.  (``elastic_expiry`` is the argument
-        of limits before 5.0.)"""
+        of limits before 5.0.)
+
+        With the option policy, the policy decides, whatever ``expiry`` and
+        the limit ``limits`` compares with: ``amount`` 1 (limits' default)
+        is the policy's cost, another replaces it; a refusal returns
+        ``sys.maxsize``, above every limit, and a refusal that the policy's
+        shadow mode let through at most the policy's ``max_count``."""
         if elastic_expiry:
             raise ConfigurationError(
                 "the pklimit storage does not support elastic expiry: pklimit never "
                 "extends a window; use the 'fixed-window' strategy")
+        if self.policy is not None:
+            return self._incr_policy(key, int(amount))
         allowed, count, status = self._one("incr", key, int(expiry), int(amount))
         if count is not None:
             return int(count)
         self._unavailable(status, key, "counted as %s" % ("allowed" if allowed else "refused"))
         return 0 if allowed else DENIED_COUNT
+
+    def _incr_policy(self, key: str, amount: int) -> int:
+        allowed, count, status, max_count = self._one("incr", key, None if amount == 1 else amount)
+        if count is None:
+            self._unavailable(status, key, "counted as %s" % ("allowed" if allowed else "refused"))
+            return 0 if allowed else DENIED_COUNT
+        if not allowed:
+            return DENIED_COUNT
+        return int(count) if max_count is None else min(int(count), int(max_count))
 
     def get(self, key: str) -> int:
         """The count of the key's open window, 0 if none.  When the store is
@@ -473,7 +568,9 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
         return EXPIRY_TYPE(reset_at if count else time.time())
 
     def check(self) -> bool:
-        """True if the pklimit store answers: a peek that records nothing."""
+        """True if the pklimit store answers: a peek that records nothing
+        (with the option policy, under the policy: false if it does not
+        exist)."""
         try:
             status = self._one("peek", "pklimit-health-check")[2]
             return status == "ok"
@@ -488,7 +585,8 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
         raise NotImplementedError("pklimit cannot delete every key; clear keys one by one")
 
     def clear(self, key: str) -> None:
-        """Deletes the key's count, whatever its algorithm (``pklimit_forget``)."""
+        """Deletes the key's count, whatever its algorithm (``pklimit_forget``;
+        with the option policy, its count under the policy)."""
         (forgotten,) = self._one("clear", key)
         if forgotten is None:
             logger.warning("pklimit store unavailable for key %r: count not cleared", key)
@@ -502,6 +600,7 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
         nothing.  One call, decided by pklimit on the key's row: there is
         nothing to take back after a race.  When the store is unavailable,
         ``pklimit.on_unavailable``'s answer."""
+        self._no_policy("acquire_sliding_window_entry")
         allowed, count, status = self._one("acquire_sliding", key, int(limit), int(expiry), int(amount))
         if count is None:
             self._unavailable(status, key, "answered %s" % ("allowed" if allowed else "refused"))
@@ -514,6 +613,7 @@ class PklimitStorage(Storage, *SLIDING_BASES):  # type: ignore[misc]
         limits' own storages answer): limits' strategy then shows pklimit's
         own remaining count and reset time.  When the store is unavailable:
         nothing counted under 'allow', ``sys.maxsize`` under 'deny'."""
+        self._no_policy("get_sliding_window")
         allowed, count, status, now, retry = self._one("sliding_window", key, int(expiry), int(expiry))
         if count is None:
             self._unavailable(status, key, "window read as %s" % ("empty" if allowed else "full"))
