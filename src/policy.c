@@ -8,10 +8,12 @@
  *		pklimit_policy_set and pklimit_policy_drop, and the counters of
  *		pklimit_policy_stats() in shared memory.
  *
- * A call finds its policy in the cache; on a miss it reads the table with a
- * snapshot taken after the invalidations that reached this backend, so an
- * entry is never older than the last change this backend was told of, and
- * the next change (committed, then announced) empties the cache again.
+ * A call reads the invalidations that reached this backend, then finds its
+ * policy in the cache; on a miss it reads the table with a snapshot taken
+ * after them, so an entry is never older than the last change announced,
+ * and the next change (committed, then announced) empties the cache again:
+ * the next call of every session sees a committed change, even within a
+ * transaction that was open before it.
  * The worker never reads policies: a call hands it the limit it found.
  *
  * Locking: a counters slot is claimed (dbid, name, tenant set) under
@@ -380,6 +382,8 @@ pklimit_policy_get(Oid nspid, const char *name, PklimitPolicy *policy)
 		CacheRegisterRelcacheCallback(policy_invalidate, (Datum) 0);
 		callback_registered = true;
 	}
+	/* a change committed since: seen by this call, in or out of a transaction */
+	AcceptInvalidationMessages();
 	if (cache == NULL || cache_stale)
 		cache_reset();
 	memset(&key, 0, sizeof(key));

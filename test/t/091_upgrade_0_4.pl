@@ -4,15 +4,17 @@
 # src/sql/ with the fragments every update shares):
 #   - a 0.3.0 install with rows of every algorithm, updated while two
 #     sessions keep making memory calls, loses no call, keeps every row and
-#     has the objects of a fresh install; its keys count on, and the
-#     recording calls take anchor;
+#     has the objects of a fresh install (among them the policy table, its
+#     row level security and pklimit_admin's grants); its keys count on,
+#     and the recording calls take anchor;
 #   - a user's view or function on one of the four replaced functions makes
 #     the update fail (2BP01), naming them;
 #   - the owner and privileges of each replaced function go to its
 #     successor, as a user's grants; settings of the update's names planted
-#     on the database are not read; default privileges neither.
-# (0.4.0 adds no name that 0.3.0's guards do not already keep out of its
-# schema, so no object can be planted for the update's guard to find.)
+#     on the database are not read; default privileges neither;
+#   - a view or function planted under one of the names 0.4.0 adds
+#     (pklimit_policies, which 0.3.0's guards do not know) while 0.3.0 is
+#     installed makes the update fail (42710), naming it.
 use strict;
 use warnings;
 use FindBin;
@@ -35,6 +37,11 @@ is($node->safe_psql('fresh', $version), '0.4.0', 'a new install is at 0.4.0');
 my $fresh = extension_catalog($node, 'fresh');
 like($fresh, qr/^function public\.pklimit_check\(text,bigint,interval,bigint,boolean,interval,text,boolean,text\)/m,
 	'the catalog comparison sees the functions 0.4.0 creates');
+like($fresh, qr/^relation public\.platformkit_limit_policies kind=r persistence=p rls=t force=t acl=\{postgres=arwdDxt\/postgres,pklimit_admin=arwd\/postgres\} /m,
+	"and the policy table's row level security and pklimit_admin's grants on it");
+like($fresh, qr/^policy public\.platformkit_limit_policies\.platformkit_tenant cmd=\* /m, 'and its row level security policy');
+like($fresh, qr/^function public\.pklimit_policy_set\(.*\) acl=\{postgres=X\/postgres,pklimit_admin=X\/postgres\} /m,
+	"and pklimit_admin's EXECUTE on pklimit_policy_set");
 
 # a database at 0.3.0, given only what a set-up of the application would do
 sub at_030
@@ -202,6 +209,28 @@ is($node->safe_psql('escapes', $version), '0.4.0', 'standard_conforming_strings 
 $node->safe_psql('escapes', 'CREATE SCHEMA sec; DROP EXTENSION pklimit; SET client_min_messages = error;
 	CREATE EXTENSION pklimit SCHEMA sec');
 is($node->safe_psql('escapes', $version), '0.4.0', 'and so does a fresh install');
+
+# --- a view and a function planted under the name pklimit_policies while
+# 0.3.0 is installed (its guards do not know the name) make the update fail,
+# naming them: they could take the place of pklimit's own view
+at_030('planted');
+$node->safe_psql('planted', 'GRANT CREATE ON SCHEMA public TO app');
+$node->safe_psql('planted', q{SET ROLE app;
+	CREATE VIEW public.pklimit_policies AS SELECT 'mine'::text AS name;
+	CREATE FUNCTION public.pklimit_policies(k text) RETURNS text LANGUAGE sql AS $$SELECT k$$});
+($ret, $out, $err) = $node->psql('planted', "\\set VERBOSITY verbose\nALTER EXTENSION pklimit UPDATE TO '0.4.0'");
+like($err, qr/ERROR:  42710: schema public has objects with pklimit's names that are not pklimit's: relation pklimit_policies, function pklimit_policies\(text\)\n/,
+	'a view and a function named pklimit_policies make the update fail with 42710, naming both');
+is($node->safe_psql('planted', $version), '0.3.0', 'which changed nothing');
+$node->safe_psql('planted', 'DROP VIEW public.pklimit_policies');
+($ret, $out, $err) = $node->psql('planted', "\\set VERBOSITY verbose\nALTER EXTENSION pklimit UPDATE TO '0.4.0'");
+like($err, qr/ERROR:  42710: schema public has objects with pklimit's names that are not pklimit's: function pklimit_policies\(text\)\n/,
+	'the function alone makes it fail too');
+$node->safe_psql('planted', "DROP FUNCTION public.pklimit_policies(text); ALTER EXTENSION pklimit UPDATE TO '0.4.0'");
+is($node->safe_psql('planted', $version), '0.4.0', 'without them the update goes through');
+$node->safe_psql('planted', "SELECT pklimit_policy_set('login', 3, '1 hour')");
+is($node->safe_psql('planted', "SELECT name || ':' || max_count FROM pklimit_policies"), 'login:3',
+	"and pklimit's own view answers");
 
 $node->stop;
 done_testing();
