@@ -32,13 +32,14 @@ SELECT count(*) AS nothing_recorded FROM platformkit_limits;
 SELECT pklimit_allow('k', 1, '1 hour', anchor => 'x');
 SELECT pklimit_check('k', 1, '1 hour', algorithm => 'gcra', anchor => 'first');
 
--- the argument is the last of each recording call that gives its limit,
--- 'epoch' by default (a call that names a policy takes the policy's)
-SELECT p.oid::regprocedure AS function, pg_get_function_arguments(p.oid) ~ 'anchor text DEFAULT ''epoch''::text(, OUT .*)?$' AS anchor_last
+-- the argument comes last but for time_zone in each recording call that
+-- gives its limit, 'epoch' by default (a call that names a policy takes
+-- the policy's)
+SELECT p.oid::regprocedure AS function, pg_get_function_arguments(p.oid) ~ 'anchor text DEFAULT ''epoch''::text, time_zone text DEFAULT NULL::text(, OUT .*)?$' AS anchor_last
   FROM pg_proc p
  WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_check_all', 'pklimit_allow_all')
    AND p.pronargs > 1
- ORDER BY p.proargtypes[1] IN ('text'::regtype, 'text[]'::regtype), 1::text;
+ ORDER BY p.proargtypes[1] IN ('text'::regtype, 'text[]'::regtype), p.oid::regprocedure::text;
 
 -- 'first': the window starts at the event, on either path, whatever the
 -- session's time zone; reset_at is the event plus the window

@@ -165,7 +165,7 @@ SELECT count(*) AS grants_to_others FROM information_schema.role_table_grants
  WHERE table_name IN ('platformkit_limits', 'pklimit_purge_status', 'pklimit_stats')
    AND grantee IN ('regress_pklimit_shadow', 'PUBLIC');
 SELECT has_function_privilege('regress_pklimit_shadow', 'pklimit_purge(interval)', 'EXECUTE') AS may_purge,
-       has_function_privilege('regress_pklimit_shadow', 'pklimit_allow(text,bigint,interval,bigint,boolean,interval,text,boolean,text)', 'EXECUTE') AS may_allow,
+       has_function_privilege('regress_pklimit_shadow', 'pklimit_allow(text,bigint,interval,bigint,boolean,interval,text,boolean,text,text)', 'EXECUTE') AS may_allow,
        has_table_privilege('pg_monitor', 'pklimit_purge_status', 'SELECT') AS monitor_reads_status;
 -- nor into the functions the updates create in CREATE EXTENSION
 SELECT p.oid::regprocedure AS granted_to_shadow

@@ -94,6 +94,7 @@ SELECT name, tenant, mode, calls, allowed, refused, would_refuse,
 	   unavailable, table_reads > 0 AS read
   FROM pklimit_policy_stats()
  WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND name IN ('api', 'login', 'tight', 'upload')
  ORDER BY name, tenant NULLS FIRST;
 SELECT pklimit_allow('r', 'login');
 CREATE TEMP TABLE reads_before AS
@@ -271,7 +272,7 @@ SELECT p.oid::regprocedure AS function,
   FROM pg_proc p
  WHERE p.proname IN ('pklimit_policy_set', 'pklimit_policy_drop',
 					 'pklimit_policy_stats')
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text;
 SELECT extconfig::regclass[] FROM pg_extension WHERE extname = 'pklimit';
 
 -- (the memory path's key goes with its forget, not with a TRUNCATE)

@@ -19,6 +19,7 @@
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "pgtime.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -67,8 +68,9 @@ kind_of(const PklimitCall *call, int keys)
  */
 static void
 options_args(FunctionCallInfo fcinfo, int first, Arguments args,
-			 PklimitCall *call)
+			 PklimitCall *call, pg_tz **tz)
 {
+	*tz = NULL;
 	pklimit_arg_not_null(fcinfo, first, "cost");
 	pklimit_arg_not_null(fcinfo, first + 1, "record_refused");
 	call->cost = PG_GETARG_INT64(first);
@@ -102,7 +104,27 @@ options_args(FunctionCallInfo fcinfo, int first, Arguments args,
 			call->anchor = pklimit_anchor_value(PG_GETARG_TEXT_PP(first + 5),
 												call->algorithm);
 		}
+		/* time_zone, from 0.4.0 on: NULL for a window of fixed length */
+		if (PG_NARGS() > first + 6 && !PG_ARGISNULL(first + 6))
+			*tz = pklimit_time_zone_value(PG_GETARG_TEXT_PP(first + 6));
 	}
+}
+
+/*
+ * A call's window: of a fixed length, or with a time zone a calendar
+ * window, the call carrying the one holding this moment and the next.
+ */
+static void
+call_window(const Interval *window, pg_tz *tz, PklimitCall *call)
+{
+	if (tz == NULL)
+	{
+		call->window_usec = pklimit_window_value(window, "window");
+		return;
+	}
+	call->calendar = pklimit_calendar_value(window, call->algorithm,
+											call->anchor);
+	pklimit_calendar_bounds(call, tz, GetCurrentTimestamp());
 }
 
 /* The arguments of a call on one key: key, max_count, window, options. */
@@ -110,6 +132,7 @@ static char *
 key_call_args(FunctionCallInfo fcinfo, Arguments args, PklimitCall *call)
 {
 	char	   *stored_key;
+	pg_tz	   *tz = NULL;
 
 	pklimit_arg_not_null(fcinfo, 0, "key");
 	stored_key = pklimit_key_value(PG_GETARG_TEXT_PP(0), "key");
@@ -117,12 +140,12 @@ key_call_args(FunctionCallInfo fcinfo, Arguments args, PklimitCall *call)
 	pklimit_arg_not_null(fcinfo, 2, "window");
 	memset(call, 0, sizeof(*call));
 	call->max_count = pklimit_max_count_value(PG_GETARG_INT64(1), "max_count");
-	call->window_usec = pklimit_window_value(PG_GETARG_INTERVAL_P(2), "window");
 	call->cost = 1;
 	call->record_refused = true;
 	call->algorithm = PKLIMIT_FIXED;
 	if (args >= ARGS_0_2)
-		options_args(fcinfo, 3, args, call);
+		options_args(fcinfo, 3, args, call, &tz);
+	call_window(PG_GETARG_INTERVAL_P(2), tz, call);
 	return stored_key;
 }
 
@@ -382,6 +405,7 @@ group_args(FunctionCallInfo fcinfo, Arguments args, text **keys,
 	int			n_windows = array_arg(fcinfo, 2, "windows", INTERVALOID,
 									  &window_datums);
 	PklimitCall options;
+	pg_tz	   *tz;
 	ElementContext element = {0};
 	ErrorContextCallback context;
 
@@ -401,7 +425,8 @@ group_args(FunctionCallInfo fcinfo, Arguments args, text **keys,
 				 errmsg("too many keys for one call"),
 				 errdetail("A call can name at most %d keys; it names %d.",
 						   PKLIMIT_GROUP_MAX, n)));
-	options_args(fcinfo, 3, args, &options);
+	memset(&options, 0, sizeof(options));
+	options_args(fcinfo, 3, args, &options, &tz);
 	context.arg = &element;
 	context.callback = element_context;
 	context.previous = error_context_stack;
@@ -417,8 +442,7 @@ group_args(FunctionCallInfo fcinfo, Arguments args, text **keys,
 		calls[i].max_count = pklimit_max_count_value(DatumGetInt64(max_datums[i]),
 													 "max_count");
 		element.array = "windows";
-		calls[i].window_usec =
-			pklimit_window_value(DatumGetIntervalP(window_datums[i]), "window");
+		call_window(DatumGetIntervalP(window_datums[i]), tz, &calls[i]);
 		element.array = NULL;
 		for (int j = 0; j < i; j++)
 			if (strcmp(stored_keys[i], stored_keys[j]) == 0)
@@ -555,6 +579,8 @@ policy_call(FunctionCallInfo fcinfo, PklimitCall *call, PklimitAnswer *answer,
 	pklimit_policy_get(get_func_namespace(fcinfo->flinfo->fn_oid),
 					   pklimit_policy_name_value(fcinfo, 1), &policy);
 	*call = policy.call;
+	if (call->calendar != PKLIMIT_CALENDAR_NONE)
+		pklimit_calendar_bounds(call, policy.tz, GetCurrentTimestamp());
 	policy_cost_arg(fcinfo, 2, call);
 	return run_calls(fcinfo, &stored_key, call, &policy, answer, 1, shadowed);
 }
@@ -648,6 +674,9 @@ policy_group_args(FunctionCallInfo fcinfo, text **keys, char **stored_keys,
 		stored_keys[i] = pklimit_policy_key_args(pair, 0, 1);
 		element.array = NULL;
 		calls[i] = policies[i].call;
+		if (calls[i].calendar != PKLIMIT_CALENDAR_NONE)
+			pklimit_calendar_bounds(&calls[i], policies[i].tz,
+									GetCurrentTimestamp());
 		policy_cost_arg(fcinfo, 2, &calls[i]);
 		for (int j = 0; j < i; j++)
 			if (strcmp(stored_keys[i], stored_keys[j]) == 0)

@@ -240,13 +240,27 @@ window_start(TimestampTz now, int64 window_usec)
 	return now - (into < 0 ? into + window_usec : into);
 }
 
-/* Where a fixed window of the call's length, started by a call at now, starts. */
-static TimestampTz
-fixed_start(TimestampTz now, const PklimitCall *call, int64 window_usec)
+/*
+ * The fixed window a call at now starts: [*start, *start + *window), at the
+ * event (anchor first), at the calendar's boundary before it (of the two
+ * windows the call carries, the one holding now), or at a multiple of the
+ * call's window since the epoch.
+ */
+static void
+fixed_window(TimestampTz now, const PklimitCall *call, TimestampTz *start,
+			 int64 *window)
 {
-	if (call->anchor == PKLIMIT_ANCHOR_FIRST)
-		return now;
-	return window_start(now, window_usec);
+	if (call->calendar != PKLIMIT_CALENDAR_NONE)
+	{
+		int			i = now < call->calendar_at[1] ? 0 : 1;
+
+		*start = call->calendar_at[i];
+		*window = call->calendar_at[i + 1] - call->calendar_at[i];
+		return;
+	}
+	*window = call->window_usec;
+	*start = call->anchor == PKLIMIT_ANCHOR_FIRST ? now :
+		window_start(now, call->window_usec);
 }
 
 /*
@@ -256,11 +270,13 @@ fixed_start(TimestampTz now, const PklimitCall *call, int64 window_usec)
 void
 pklimit_new_window(TimestampTz now, const PklimitCall *call, PklimitRow *row)
 {
+	int64		window;
+
 	memset(row, 0, sizeof(*row));
 	row->exists = true;
 	row->algorithm = PKLIMIT_FIXED;
-	row->window_start = fixed_start(now, call, call->window_usec);
-	row->window_end = row->window_start + call->window_usec;
+	fixed_window(now, call, &row->window_start, &window);
+	row->window_end = row->window_start + window;
 }
 
 #define SQL_WINDOW_OPEN "l.window_end OPERATOR(pg_catalog.>) $5"
@@ -403,8 +419,10 @@ state_of(const PklimitRow *row, const PklimitCall *call, TimestampTz now,
 	switch (st->algorithm)
 	{
 		case PKLIMIT_FIXED:
-			st->start = st->from_row ? row->window_start :
-				fixed_start(now, call, st->window);
+			if (st->from_row)
+				st->start = row->window_start;
+			else
+				fixed_window(now, call, &st->start, &st->window);
 			st->count = st->from_row ? row->count : 0;
 			break;
 		case PKLIMIT_GCRA:

@@ -40,6 +40,20 @@ typedef enum PklimitAnchor
 } PklimitAnchor;
 
 /*
+ * A calendar window (calendar.c; docs/algorithms.md, "Calendar windows"):
+ * a fixed window from local midnight in a time zone, as long as its day,
+ * week (from Monday), month or year.
+ */
+typedef enum PklimitCalendar
+{
+	PKLIMIT_CALENDAR_NONE,		/* a window of fixed length */
+	PKLIMIT_CALENDAR_DAY,
+	PKLIMIT_CALENDAR_WEEK,
+	PKLIMIT_CALENDAR_MONTH,
+	PKLIMIT_CALENDAR_YEAR
+} PklimitCalendar;
+
+/*
  * A key's row, as limit.c decides on it; what the columns hold for each
  * algorithm is in docs/algorithms.md ("The row").  0 stands for NULL.
  */
@@ -73,6 +87,10 @@ typedef struct PklimitCall
 	PklimitAnchor anchor;		/* of a fixed window the call starts */
 	bool		memory;			/* durable => false: the memory path
 								 * (memory.h, docs/memory.md) */
+	PklimitCalendar calendar;	/* a fixed window of the calendar: */
+	TimestampTz calendar_at[3]; /* the window holding the caller's clock, [0]
+								 * to [1], and the next, [1] to [2]; the event
+								 * counts in the one holding it */
 } PklimitCall;
 
 /* The decision of one call. */
@@ -118,6 +136,18 @@ extern PklimitAnchor pklimit_anchor_value(text *name, PklimitAlgorithm algorithm
 extern const char *pklimit_algorithm_name(PklimitAlgorithm algorithm);
 extern bool pklimit_algorithm_of_name(const char *name,
 									  PklimitAlgorithm *algorithm);
+
+/* Calendar windows (calendar.c) */
+struct pg_tz;
+extern struct pg_tz *pklimit_time_zone_value(text *name);
+extern PklimitCalendar pklimit_calendar_value(const Interval *window,
+											  PklimitAlgorithm algorithm,
+											  PklimitAnchor anchor);
+extern void pklimit_calendar_window(PklimitCalendar calendar,
+									struct pg_tz *tz, TimestampTz at,
+									TimestampTz *start, TimestampTz *end);
+extern void pklimit_calendar_bounds(PklimitCall *call, struct pg_tz *tz,
+									TimestampTz now);
 
 /* A call decided on a row */
 extern void pklimit_new_window(TimestampTz now, const PklimitCall *call,

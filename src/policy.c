@@ -337,7 +337,6 @@ row_policy(const char *name, const PolicyRow *row, PklimitPolicy *policy)
 	error_context_stack = &context;
 	memset(policy, 0, sizeof(*policy));
 	policy->call.max_count = pklimit_max_count_value(row->max_count, "max_count");
-	policy->call.window_usec = pklimit_window_value(row->window, "window");
 	policy->call.algorithm = pklimit_algorithm_value(row->algorithm, "algorithm");
 	if (row->cost < 0)
 		ereport(ERROR,
@@ -350,6 +349,16 @@ row_policy(const char *name, const PolicyRow *row, PklimitPolicy *policy)
 		pklimit_window_value(row->block, "block") : 0;
 	policy->call.memory = !row->durable;
 	policy->call.anchor = pklimit_anchor_value(row->anchor, policy->call.algorithm);
+	/* a calendar window: its bounds are the call's, from its clock */
+	if (row->time_zone != NULL)
+	{
+		policy->tz = pklimit_time_zone_value(row->time_zone);
+		policy->call.calendar = pklimit_calendar_value(row->window,
+													   policy->call.algorithm,
+													   policy->call.anchor);
+	}
+	else
+		policy->call.window_usec = pklimit_window_value(row->window, "window");
 	if (strcmp(mode, "shadow") == 0)
 		policy->shadow = true;
 	else if (strcmp(mode, "enforce") != 0)
@@ -357,11 +366,6 @@ row_policy(const char *name, const PolicyRow *row, PklimitPolicy *policy)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown mode \"%s\"", mode),
 				 errhint("The modes are enforce and shadow.")));
-	if (row->time_zone != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("calendar windows are not supported yet"),
-				 errhint("Leave time_zone NULL.")));
 	error_context_stack = context.previous;
 }
 
@@ -539,11 +543,6 @@ pklimit_policy_set(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown mode \"%s\"", mode),
 				 errhint("The modes are enforce and shadow.")));
-	if (!PG_ARGISNULL(10))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("calendar windows are not supported yet"),
-				 errhint("Leave time_zone NULL.")));
 
 	/* the checks of a call, on the values as given */
 	row.max_count = PG_GETARG_INT64(1);
@@ -555,6 +554,7 @@ pklimit_policy_set(PG_FUNCTION_ARGS)
 	row.durable = PG_GETARG_BOOL(7);
 	row.anchor = PG_GETARG_TEXT_PP(8);
 	row.mode = PG_GETARG_TEXT_PP(9);
+	row.time_zone = PG_ARGISNULL(10) ? NULL : PG_GETARG_TEXT_PP(10);
 	row_policy(name, &row, &checked);
 
 	values[0] = CStringGetTextDatum(name);

@@ -31,6 +31,7 @@ typedef struct PklimitPolicy
 {
 	PklimitCall call;			/* its limit, with its cost */
 	bool		shadow;			/* mode shadow: counted, never refused */
+	struct pg_tz *tz;			/* a calendar window's time zone, or NULL */
 	PklimitPolicyStats *stats;	/* its row's counters; NULL: not tracked */
 } PklimitPolicy;
 

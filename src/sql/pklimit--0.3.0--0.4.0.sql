@@ -61,19 +61,21 @@ CREATE FUNCTION @extschema@.pklimit_allow(key pg_catalog.text,
 	max_count pg_catalog.int8, "window" pg_catalog.interval,
 	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
 	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed',
-	durable pg_catalog.bool DEFAULT true, anchor pg_catalog.text DEFAULT 'epoch')
+	durable pg_catalog.bool DEFAULT true, anchor pg_catalog.text DEFAULT 'epoch',
+	time_zone pg_catalog.text DEFAULT NULL)
 RETURNS pg_catalog.bool
 AS 'MODULE_PATHNAME', 'pklimit_allow_0_3'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.pklimit_allow(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool, pg_catalog.text) IS
-'Records cost events (default 1) for key; true if the key is not blocked and its limit of max_count per window allows them, as algorithm counts: fixed (default), gcra or sliding. record_refused => false: a refused call records nothing. block: a refusal blocks the key that long. durable => false: decided in shared memory and written to the table within pklimit.flush_interval (a crash may lose the last of them). anchor: where a fixed window starts, epoch (default: aligned to the Unix epoch) or first (at the event that finds no window open).';
+COMMENT ON FUNCTION @extschema@.pklimit_allow(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool, pg_catalog.text, pg_catalog.text) IS
+'Records cost events (default 1) for key; true if the key is not blocked and its limit of max_count per window allows them, as algorithm counts: fixed (default), gcra or sliding. record_refused => false: a refused call records nothing. block: a refusal blocks the key that long. durable => false: decided in shared memory and written to the table within pklimit.flush_interval (a crash may lose the last of them). anchor: where a fixed window starts, epoch (default: aligned to the Unix epoch) or first (at the event that finds no window open). time_zone: a calendar window of the fixed algorithm, from local midnight in that zone, with window ''1 day'', ''7 days'' (from Monday), ''1 month'' or ''1 year''.';
 
 CREATE FUNCTION @extschema@.pklimit_check(key pg_catalog.text,
 	max_count pg_catalog.int8, "window" pg_catalog.interval,
 	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
 	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed',
 	durable pg_catalog.bool DEFAULT true, anchor pg_catalog.text DEFAULT 'epoch',
+	time_zone pg_catalog.text DEFAULT NULL,
 	OUT allowed pg_catalog.bool, OUT count pg_catalog.int8,
 	OUT remaining pg_catalog.int8, OUT reset_at pg_catalog.timestamptz,
 	OUT retry_after pg_catalog.interval, OUT status pg_catalog.text)
@@ -81,7 +83,7 @@ RETURNS record
 AS 'MODULE_PATHNAME', 'pklimit_check_0_3'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.pklimit_check(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool, pg_catalog.text) IS
+COMMENT ON FUNCTION @extschema@.pklimit_check(pg_catalog.text, pg_catalog.int8, pg_catalog.interval, pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool, pg_catalog.text, pg_catalog.text) IS
 'The same call as pklimit_allow, returning allowed, count, remaining, reset_at, retry_after and status for RateLimit and Retry-After headers.';
 
 CREATE FUNCTION @extschema@.pklimit_check_all(keys pg_catalog.text[],
@@ -89,6 +91,7 @@ CREATE FUNCTION @extschema@.pklimit_check_all(keys pg_catalog.text[],
 	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
 	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed',
 	durable pg_catalog.bool DEFAULT true, anchor pg_catalog.text DEFAULT 'epoch',
+	time_zone pg_catalog.text DEFAULT NULL,
 	OUT key pg_catalog.text, OUT allowed pg_catalog.bool, OUT count pg_catalog.int8,
 	OUT remaining pg_catalog.int8, OUT reset_at pg_catalog.timestamptz,
 	OUT retry_after pg_catalog.interval, OUT status pg_catalog.text)
@@ -96,19 +99,20 @@ RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'pklimit_check_all_0_3'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.pklimit_check_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool, pg_catalog.text) IS
-'Several limits in one call, recorded together in one transaction or not at all, every key by the one algorithm and anchor: one row per key, in the order of the arrays, with the columns of pklimit_check. record_refused => false: nothing is recorded unless every limit allows.';
+COMMENT ON FUNCTION @extschema@.pklimit_check_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool, pg_catalog.text, pg_catalog.text) IS
+'Several limits in one call, recorded together in one transaction or not at all, every key by the one algorithm, anchor and time_zone: one row per key, in the order of the arrays, with the columns of pklimit_check. record_refused => false: nothing is recorded unless every limit allows.';
 
 CREATE FUNCTION @extschema@.pklimit_allow_all(keys pg_catalog.text[],
 	max_counts pg_catalog.int8[], windows pg_catalog.interval[],
 	cost pg_catalog.int8 DEFAULT 1, record_refused pg_catalog.bool DEFAULT true,
 	block pg_catalog.interval DEFAULT NULL, algorithm pg_catalog.text DEFAULT 'fixed',
-	durable pg_catalog.bool DEFAULT true, anchor pg_catalog.text DEFAULT 'epoch')
+	durable pg_catalog.bool DEFAULT true, anchor pg_catalog.text DEFAULT 'epoch',
+	time_zone pg_catalog.text DEFAULT NULL)
 RETURNS pg_catalog.bool
 AS 'MODULE_PATHNAME', 'pklimit_allow_all_0_3'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool, pg_catalog.text) IS
+COMMENT ON FUNCTION @extschema@.pklimit_allow_all(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval[], pg_catalog.int8, pg_catalog.bool, pg_catalog.interval, pg_catalog.text, pg_catalog.bool, pg_catalog.text, pg_catalog.text) IS
 'Several limits in one call, as pklimit_check_all: true iff every limit allows.';
 
 CREATE FUNCTION @extschema@.pklimit_memory_stats(
@@ -398,6 +402,19 @@ LANGUAGE C STABLE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION @extschema@.pklimit_node(pg_catalog.text, pg_catalog.text) IS
 'On Citus, the node and shard that hold the row of key under policy, as pklimit_node(key) for a key''s own row.';
+
+-- 0.4.0: calendar windows (docs/algorithms.md, "Calendar windows"): the
+-- window a fixed-window call at a moment counts in.
+CREATE FUNCTION @extschema@.pklimit_window("window" pg_catalog.interval,
+	time_zone pg_catalog.text DEFAULT NULL,
+	at pg_catalog.timestamptz DEFAULT pg_catalog.now(),
+	OUT window_start pg_catalog.timestamptz, OUT window_end pg_catalog.timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pklimit_window'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_window(pg_catalog.interval, pg_catalog.text, pg_catalog.timestamptz) IS
+'The fixed window (anchor epoch) of length window that holds at (default now()): aligned to the Unix epoch, or with time_zone the calendar window from local midnight (''1 day'', ''7 days'' from Monday, ''1 month'', ''1 year''), as a call counts in it.';
 
 --@include replace_end.sql
 
