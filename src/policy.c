@@ -26,6 +26,8 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
@@ -46,6 +48,7 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "api.h"
@@ -96,6 +99,7 @@ typedef struct CacheEntry
 static HTAB *cache = NULL;
 static bool cache_stale = false;	/* a change was announced: empty it */
 static Oid	cache_relid = InvalidOid;	/* the policy table it was read from */
+static Oid	cache_shard_relid = InvalidOid; /* on Citus, its shard here */
 static bool callback_registered = false;
 
 Size
@@ -187,7 +191,7 @@ pklimit_policy_count(const PklimitPolicy *policy, PklimitStatus status,
 static void
 policy_invalidate(Datum arg, Oid relid)
 {
-	if (!OidIsValid(relid) || relid == cache_relid)
+	if (!OidIsValid(relid) || relid == cache_relid || relid == cache_shard_relid)
 		cache_stale = true;
 }
 
@@ -267,6 +271,151 @@ row_values(Relation rel, TupleTableSlot *slot, PolicyRow *row)
 }
 
 /*
+ * On Citus, the shard of the policy table when Citus distributes it (as a
+ * reference table: docs/citus.md), else 0.  *local: its placement's
+ * relation on this node, or InvalidOid.
+ */
+static int64
+citus_shard(Oid relid, Oid nspid, Oid *local)
+{
+	Oid			argtype = OIDOID;
+	Datum		arg = ObjectIdGetDatum(relid);
+	int64		shardid = 0;
+
+	*local = InvalidOid;
+	if (!OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)))
+		return 0;
+	if (SPI_execute_with_args("SELECT s.shardid FROM pg_catalog.pg_dist_shard s"
+							  " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1",
+							  1, &argtype, &arg, NULL, true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1)
+	{
+		bool		isnull;
+
+		shardid = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+											  SPI_tuptable->tupdesc, 1, &isnull));
+		*local = get_relname_relid(psprintf("%s_" INT64_FORMAT, POLICY_TABLE,
+											shardid), nspid);
+	}
+	return shardid;
+}
+
+/* Does Citus distribute the policy table (docs/citus.md)? */
+static bool
+citus_distributed(Oid relid, Oid nspid)
+{
+	Oid			local;
+	int64		shardid;
+
+	if (!OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)))
+		return false;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	shardid = citus_shard(relid, nspid, &local);
+	SPI_finish();
+	return shardid != 0;
+}
+
+/* The owner of a relation. */
+static Oid
+relation_owner(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+/* The values of a policy row SPI read, copied into context. */
+static void
+spi_row_values(HeapTuple tuple, TupleDesc desc, MemoryContext context,
+			   PolicyRow *row)
+{
+	MemoryContext old = MemoryContextSwitchTo(context);
+	bool		isnull;
+	Datum		d;
+
+#define COLUMN(n) SPI_getbinval(tuple, desc, (n), &isnull)
+	row->found = true;
+	row->tenant = TextDatumGetCString(COLUMN(1));
+	row->max_count = DatumGetInt64(COLUMN(2));
+	row->window = DatumGetIntervalP(datumCopy(COLUMN(3), false, sizeof(Interval)));
+	row->algorithm = DatumGetTextPCopy(COLUMN(4));
+	row->cost = DatumGetInt64(COLUMN(5));
+	row->record_refused = DatumGetBool(COLUMN(6));
+	d = COLUMN(7);
+	row->block = isnull ? NULL :
+		DatumGetIntervalP(datumCopy(d, false, sizeof(Interval)));
+	row->durable = DatumGetBool(COLUMN(8));
+	row->anchor = DatumGetTextPCopy(COLUMN(9));
+	row->mode = DatumGetTextPCopy(COLUMN(10));
+	d = COLUMN(11);
+	row->time_zone = isnull ? NULL : DatumGetTextPCopy(d);
+#undef COLUMN
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Read the rows of a policy table Citus distributes, through Citus (the
+ * shard on this node, or another's), as the table's owner, with a snapshot
+ * taken now; as read_policy.
+ */
+static bool
+read_policy_citus(Oid relid, Oid nspid, const char *name, const char *tenant,
+				  PolicyRow *row, PolicyRow *default_row)
+{
+	MemoryContext context = CurrentMemoryContext;
+	Oid			save_userid;
+	int			save_sec_context;
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	SPIPlanPtr	plan;
+	Snapshot	snapshot;
+
+	values[0] = CStringGetTextDatum(name);
+	values[1] = CStringGetTextDatum(tenant ? tenant : "");
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(relation_owner(relid),
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	plan = SPI_prepare(psprintf("SELECT tenant, max_count, \"window\", algorithm, cost,"
+								" record_refused, block, durable, anchor, mode, time_zone"
+								" FROM %s.%s"
+								" WHERE name OPERATOR(pg_catalog.=) $1"
+								" AND (tenant OPERATOR(pg_catalog.=) ''"
+								"  OR tenant OPERATOR(pg_catalog.=) $2)",
+								quote_identifier(get_namespace_name(nspid)),
+								POLICY_TABLE), 2, types);
+	if (plan == NULL)
+		elog(ERROR, "could not prepare the read of pklimit's policies");
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	if (SPI_execute_snapshot(plan, values, NULL, snapshot, InvalidSnapshot,
+							 true, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read pklimit's policies");
+	UnregisterSnapshot(snapshot);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		PolicyRow	r = {0};
+
+		spi_row_values(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, context, &r);
+		if (r.tenant[0] == '\0')
+			*default_row = r;
+		else if (tenant != NULL)
+			*row = r;
+	}
+	(void) citus_shard(relid, nspid, &cache_shard_relid);
+	SPI_finish();
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	return row->found || default_row->found;
+}
+
+/*
  * Read policy name's row for tenant (NULL: none) or else its default row,
  * with a snapshot taken now.  Returns false if it has neither.
  */
@@ -291,6 +440,14 @@ read_policy(Oid nspid, const char *name, const char *tenant, PolicyRow *row)
 	/* taking the lock reads the invalidations; the snapshot comes after */
 	rel = table_open(relid, AccessShareLock);
 	cache_relid = relid;
+	if (citus_distributed(relid, nspid))
+	{
+		table_close(rel, AccessShareLock);
+		read_policy_citus(relid, nspid, name, tenant, row, &default_row);
+		if (!row->found)
+			*row = default_row;
+		return row->found;
+	}
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	scan = table_beginscan(rel, snapshot, 0, NULL);
 	slot = table_slot_create(rel, NULL);

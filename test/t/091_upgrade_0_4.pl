@@ -35,7 +35,7 @@ $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'SET client_min_messages = error; CREATE EXTENSION pklimit');
 is($node->safe_psql('fresh', $version), '0.4.0', 'a new install is at 0.4.0');
 my $fresh = extension_catalog($node, 'fresh');
-like($fresh, qr/^function public\.pklimit_check\(text,bigint,interval,bigint,boolean,interval,text,boolean,text\)/m,
+like($fresh, qr/^function public\.pklimit_check\(text,bigint,interval,bigint,boolean,interval,text,boolean,text,text\)/m,
 	'the catalog comparison sees the functions 0.4.0 creates');
 like($fresh, qr/^relation public\.platformkit_limit_policies kind=r persistence=p rls=t force=t acl=\{postgres=arwdDxt\/postgres,pklimit_admin=arwd\/postgres\} /m,
 	"and the policy table's row level security and pklimit_admin's grants on it");
@@ -140,32 +140,32 @@ for my $planted ("pklimit_update.acl_pklimit_allow_all = '{app=X/postgres}'",
 }
 my $acl_030 = $acl->('carried', 8);
 $node->safe_psql('carried', "ALTER EXTENSION pklimit UPDATE TO '0.4.0'");
-is($acl->('carried', 9), $acl_030, 'each new function has the owner and privileges of the one it replaces');
+is($acl->('carried', 10), $acl_030, 'each new function has the owner and privileges of the one it replaces');
 is($node->safe_psql('carried', qq{
 	SELECT string_agg(p.proname || ':' || has_function_privilege('app', p.oid, 'EXECUTE')
 	  || ':' || has_function_privilege('public', p.oid, 'EXECUTE')
 	  || ':' || has_function_privilege('app', p.oid, 'EXECUTE WITH GRANT OPTION')
 	  || ':' || p.proowner::regrole, ' ' ORDER BY p.proname)
-	  FROM pg_proc p WHERE $recording AND p.pronargs = 9}),
+	  FROM pg_proc p WHERE $recording AND p.pronargs = 10}),
 	'pklimit_allow:true:false:false:postgres pklimit_allow_all:true:true:false:postgres'
 	  . ' pklimit_check:false:false:false:keeper pklimit_check_all:true:false:true:postgres',
 	'a grant, a REVOKE from PUBLIC, a grant option, an owner and the defaults are carried');
 my $grantors = q{SELECT string_agg(a.grantee::regrole || '/' || a.grantor::regrole, ' ' ORDER BY 1)
 	  FROM pg_proc p, aclexplode(p.proacl) a
 	 WHERE p.proname = 'pklimit_check_all' AND p.pronargs = %d AND a.grantee <> p.proowner};
-is($node->safe_psql('carried', sprintf($grantors, 9)), 'app/postgres bob/app',
+is($node->safe_psql('carried', sprintf($grantors, 10)), 'app/postgres bob/app',
 	"a grant made with another role's grant option keeps its grantor");
 $node->safe_psql('carried', 'REVOKE ALL ON FUNCTION pklimit_check_all(text[], bigint[], interval[], bigint, boolean,'
-	  . ' interval, text, boolean, text) FROM app CASCADE');
+	  . ' interval, text, boolean, text, text) FROM app CASCADE');
 is($node->safe_psql('carried', q{SELECT has_function_privilege('bob', 'pklimit_check_all(text[], bigint[],
-	interval[], bigint, boolean, interval, text, boolean, text)', 'EXECUTE')}), 'f',
+	interval[], bigint, boolean, interval, text, boolean, text, text)', 'EXECUTE')}), 'f',
 	'so that revoking the grant option with CASCADE takes it back');
 is($node->safe_psql('carried', q{SELECT has_function_privilege('app', 'pklimit_count(text)', 'EXECUTE')
 	|| ':' || (SELECT proacl IS NULL FROM pg_proc WHERE oid = 'pklimit_count(text)'::regprocedure)}), 'true:true',
 	'a function the update does not replace keeps its privileges, whatever the planted settings say');
 is($node->safe_psql('carried', qq{
 	SELECT count(*) FROM pg_init_privs i JOIN pg_proc p ON p.oid = i.objoid
-	 WHERE i.classoid = 'pg_proc'::regclass AND $recording AND p.pronargs = 9}),
+	 WHERE i.classoid = 'pg_proc'::regclass AND $recording AND p.pronargs = 10}),
 	'0', 'the carried privileges are the grants of a user, which pg_dump dumps');
 is($node->safe_psql('carried', q{SET ROLE app; SELECT pklimit_allow('k', 1, '1 hour', anchor => 'first')}), 't',
 	'a role granted EXECUTE at 0.3.0 records at 0.4.0');
@@ -178,7 +178,7 @@ $node->safe_psql('defaults', q{
 	ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO app});
 $acl_030 = $acl->('defaults', 8);
 $node->safe_psql('defaults', "ALTER EXTENSION pklimit UPDATE TO '0.4.0'");
-is($acl->('defaults', 9), $acl_030,
+is($acl->('defaults', 10), $acl_030,
 	'under default privileges, each new function has the privileges of the one it replaces');
 is($node->safe_psql('defaults', qq{SELECT count(*) FROM pg_proc p, aclexplode(p.proacl) a
 	WHERE $recording AND a.grantee = 'app'::regrole}), '0', 'and app no grant of its own on them');
@@ -193,7 +193,7 @@ $node->safe_psql('fresh_defaults', q{
 is($node->safe_psql('fresh_defaults', qq{
 	SELECT string_agg(p.proname || ':' || has_function_privilege('public', p.oid, 'EXECUTE')
 	  || ':' || has_function_privilege('app', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
-	  FROM pg_proc p WHERE $recording AND p.pronargs = 9}),
+	  FROM pg_proc p WHERE $recording AND p.pronargs = 10}),
 	'pklimit_allow:false:false pklimit_allow_all:false:false pklimit_check:false:false pklimit_check_all:false:false',
 	'installed under those default privileges, the recording functions have what the install of 0.2.0 gave them:'
 	  . ' nothing for PUBLIC, no grant to app');
