@@ -39,6 +39,7 @@
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/guc.h"
@@ -815,4 +816,68 @@ pklimit_policy_forget_database(Oid dboid)
 			policy_stats[i].dbid = InvalidOid;
 		}
 	LWLockRelease(pklimit_lock);
+}
+
+/*
+ * pklimit_policy_rows(): the rows of the view pklimit_policies, as the
+ * table's row level security would show them to the caller: the default
+ * rows and those of its platformkit.tenant, or every row to a member of
+ * pklimit_admin with no tenant set.  Read as the table's owner, so that on
+ * Citus (which checks a reader's privileges on the shard, not on the view)
+ * the view reads as on one server.
+ */
+PG_FUNCTION_INFO_V1(pklimit_policy_rows);
+Datum
+pklimit_policy_rows(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+	Oid			relid = get_relname_relid(POLICY_TABLE, nspid);
+	const char *tenant = GetConfigOption("platformkit.tenant", true, false);
+	Oid			admin = get_role_oid("pklimit_admin", true);
+	bool		every_row;
+	Oid			save_userid;
+	int			save_sec_context;
+	Oid			argtype = TEXTOID;
+	Datum		arg;
+
+	if (tenant == NULL)
+		tenant = "";
+	every_row = tenant[0] == '\0' && OidIsValid(admin) &&
+		has_privs_of_role(GetUserId(), admin);
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("pklimit's policy table \"%s\" does not exist", POLICY_TABLE),
+				 errhint("Update pklimit: ALTER EXTENSION pklimit UPDATE.")));
+	InitMaterializedSRF(fcinfo, 0);
+	arg = CStringGetTextDatum(tenant);
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(relation_owner(relid),
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute_with_args(psprintf("SELECT name, NULLIF(tenant, ''), max_count,"
+									   " \"window\", algorithm, cost, record_refused, block,"
+									   " durable, anchor, mode, time_zone, updated_at"
+									   " FROM %s.%s"
+									   " WHERE %s OR tenant OPERATOR(pg_catalog.=) ''"
+									   " OR tenant OPERATOR(pg_catalog.=) $1",
+									   quote_identifier(get_namespace_name(nspid)),
+									   POLICY_TABLE, every_row ? "true" : "false"),
+							  1, &argtype, &arg, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read pklimit's policies");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		Datum		values[13];
+		bool		nulls[13];
+
+		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+						  values, nulls);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	SPI_finish();
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	return (Datum) 0;
 }

@@ -24,7 +24,8 @@ BEGIN
 				'platformkit_limits_purge_idx', 'pklimit_stored_key', 'pklimit_node',
 				'platformkit_limit_policies', 'platformkit_limit_policies_pkey',
 				'pklimit_policies', 'pklimit_policies_changed', 'pklimit_policy_set',
-				'pklimit_policy_drop', 'pklimit_policy_stats', 'pklimit_window']::pg_catalog.name[]),
+				'pklimit_policy_drop', 'pklimit_policy_stats', 'pklimit_window',
+				'pklimit_policy_rows']::pg_catalog.name[]),
 	members AS (
 		SELECT d.classid, d.objid FROM pg_catalog.pg_depend d
 		 WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass

@@ -238,17 +238,29 @@ CREATE TRIGGER platformkit_limit_policies_changed
 	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.platformkit_limit_policies
 	FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.pklimit_policies_changed();
 
--- The view reads the table as its owner, whom row level security may not
--- bind: it filters the rows itself, as the table's policy does.
-CREATE VIEW @extschema@.pklimit_policies WITH (security_barrier) AS
-	SELECT p.name, NULLIF(p.tenant, '') AS tenant, p.max_count, p."window",
-		   p.algorithm, p.cost, p.record_refused, p.block, p.durable, p.anchor,
-		   p.mode, p.time_zone, p.updated_at
-	  FROM @extschema@.platformkit_limit_policies p
-	 WHERE p.tenant OPERATOR(pg_catalog.=) ''
-		OR p.tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('platformkit.tenant', true)
-		OR (COALESCE(pg_catalog.current_setting('platformkit.tenant', true), '') OPERATOR(pg_catalog.=) ''
-			AND pg_catalog.pg_has_role('pklimit_admin', 'USAGE'));
+-- The view reads the rows through pklimit_policy_rows(), which shows the
+-- caller what the table's row level security would: read as the owner, so
+-- that it reads alike on one server and on Citus.
+CREATE FUNCTION @extschema@.pklimit_policy_rows(
+	OUT name pg_catalog.text, OUT tenant pg_catalog.text,
+	OUT max_count pg_catalog.int8, OUT "window" pg_catalog.interval,
+	OUT algorithm pg_catalog.text, OUT cost pg_catalog.int8,
+	OUT record_refused pg_catalog.bool, OUT block pg_catalog.interval,
+	OUT durable pg_catalog.bool, OUT anchor pg_catalog.text,
+	OUT mode pg_catalog.text, OUT time_zone pg_catalog.text,
+	OUT updated_at pg_catalog.timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pklimit_policy_rows'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pklimit_policy_rows() IS
+'The rows of the view pklimit_policies: the default rows (tenant NULL) and the session''s platformkit.tenant''s overrides, or every row to a member of pklimit_admin with no tenant set.';
+
+CREATE VIEW @extschema@.pklimit_policies AS
+	SELECT r.name, r.tenant, r.max_count, r."window", r.algorithm, r.cost,
+		   r.record_refused, r.block, r.durable, r.anchor, r.mode, r.time_zone,
+		   r.updated_at
+	  FROM @extschema@.pklimit_policy_rows() r;
 
 COMMENT ON VIEW @extschema@.pklimit_policies IS
 'pklimit''s policies as the session may see them: the default rows (tenant NULL) and the session''s platformkit.tenant''s overrides, or every row to a member of pklimit_admin with no tenant set.';

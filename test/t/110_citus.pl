@@ -5,7 +5,8 @@
 # between nodes, tenants and row level security, purge by hand and by
 # pg_cron, GCRA and the sliding window (exact answers from several nodes, on
 # one key and at once), the updates from 0.1.0 and 0.2.0 of a distributed
-# table, a reference table, and the way to drop the extension.  Not run (never passed) where the citus
+# table, a reference table, policies (a reference table, changes seen on
+# every node), and the way to drop the extension.  Not run (never passed) where the citus
 # extension is not installed: see docs/citus.md.
 use strict;
 use warnings;
@@ -690,5 +691,51 @@ ok($moved >= 400 && $moved <= 1600, "after the move: $moved of 1,600 events, at 
 $workers[0]->safe_psql('routed', q{
 	SELECT pklimit_allow(key, 1000000, '1 hour', durable => false) FROM mem_keys});
 is($workers[0]->safe_psql('routed', "SELECT $sum"), $moved + 20, 'calls after the move count on the node that holds the shard now');
+
+# --- policies on Citus (docs/citus.md, "Policies"): the policy table a
+# reference table, every node's calls decided by the rows it holds, and a
+# change made on any node seen by the next call of a session on every node
+# (the shard's trigger announces it there), a direct UPDATE included; the
+# view as on one server, as a role that is neither superuser nor BYPASSRLS
+citus_database('pol');
+$coord->safe_psql('pol', q{
+	CREATE EXTENSION pklimit;
+	SELECT create_distributed_table('platformkit_limits', 'key');
+	SET citus.enable_unsafe_triggers = on;
+	SELECT create_reference_table('platformkit_limit_policies');
+	RESET citus.enable_unsafe_triggers;
+	SELECT pklimit_policy_set('api', 100, '36500 days');
+	SELECT pklimit_policy_set('api', 3, '36500 days', tenant => 'acme');
+	CREATE ROLE pol_app LOGIN;});
+is($workers[1]->safe_psql('pol', q{
+	SELECT string_agg(t.tgname, ',') FROM pg_trigger t
+	 WHERE t.tgrelid = (SELECT logicalrelid FROM pg_dist_partition
+						 WHERE logicalrelid = 'platformkit_limit_policies'::regclass)}),
+	'platformkit_limit_policies_changed', 'the policy table is a reference table, its trigger kept');
+my $pol_check = q{SELECT concat_ws('|', allowed, count, remaining) FROM pklimit_check('k', 'api')};
+my @pol_apps = map { $_->background_psql('pol', on_error_stop => 0, extra_params => [ '-U', 'pol_app' ]) }
+  $workers[0], $coord;
+is($pol_apps[0]->query_safe($pol_check), 't|1|99', 'a worker node decides by the default row');
+is($pol_apps[1]->query_safe($pol_check), 't|2|98', 'and so does the coordinator, on the same count');
+$coord->safe_psql('pol', q{SELECT pklimit_policy_set('api', 3, '36500 days')});
+is($pol_apps[0]->query_safe($pol_check), 't|3|0',
+	'a change made on the coordinator: the next call of a worker node\'s session uses it');
+is($pol_apps[0]->query_safe($pol_check), 'f|4|0', 'and refuses the call after');
+$workers[1]->safe_psql('pol', q{UPDATE platformkit_limit_policies SET max_count = 10 WHERE tenant = ''});
+is($pol_apps[1]->query_safe($pol_check), 't|5|5',
+	'a direct UPDATE made on a worker node: the coordinator\'s session uses it');
+is($pol_apps[0]->query_safe($pol_check), 't|6|4', 'and so does the other node\'s');
+$pol_apps[0]->query_safe(q{SET platformkit.tenant = 'acme'});
+is($pol_apps[0]->query_safe($pol_check), 't|1|2', "a tenant's override, on a worker node");
+is($pol_apps[0]->query_safe(q{SELECT string_agg(coalesce(tenant, '-') || ':' || max_count, ',' ORDER BY tenant NULLS FIRST)
+	FROM pklimit_policies}), '-:10,acme:3', 'the view on a worker node: the default row and the tenant\'s');
+$workers[0]->safe_psql('pol', q{SELECT pklimit_policy_drop('api', 'acme')});
+is($pol_apps[0]->query_safe($pol_check), 't|2|8',
+	'an override dropped: the next call of the tenant uses the default row, on the tenant\'s count');
+$coord->safe_psql('pol', q{SELECT pklimit_policy_drop('api')});
+my ($pol_out) = $pol_apps[1]->query($pol_check);
+like($pol_apps[1]->{stderr}, qr/policy "api" does not exist/, 'a dropped policy: the next call is an error')
+  or diag($pol_out);
+$_->quit for @pol_apps;
 
 done_testing();
