@@ -37,6 +37,16 @@ SELECT window_start, window_end
 SELECT window_start, window_end
   FROM pklimit_window('1 month', 'Asia/Kolkata', '2027-01-31 20:00+00');
 
+-- where clocks go back over midnight (Havana, 2025-11-02: midnight twice),
+-- the day starts at the first midnight, and the days' windows meet
+SELECT at, w.window_start AT TIME ZONE 'UTC' AS start_utc, w.window_end AT TIME ZONE 'UTC' AS end_utc
+  FROM unnest(ARRAY['2025-11-02 03:59:59+00', '2025-11-02 04:00:00+00', '2025-11-02 04:30:00+00',
+					'2025-11-02 05:00:00+00', '2025-11-02 12:00:00+00']::timestamptz[]) at,
+	   LATERAL pklimit_window('1 day', 'America/Havana', at) w;
+-- and where they skip it (Santiago, 2024-09-08: 00:00 became 01:00)
+SELECT w.window_start AT TIME ZONE 'UTC' AS start_utc, w.window_end - w.window_start AS length
+  FROM pklimit_window('1 day', 'America/Santiago', '2024-09-08 12:00+00') w;
+
 -- without a time zone, windows stay aligned to the Unix epoch: a day from
 -- UTC midnight, a week of 7 days from a Thursday
 SELECT window_start, window_end, extract(isodow FROM window_start AT TIME ZONE 'UTC') AS isodow
@@ -101,6 +111,10 @@ SELECT q, pg_temp.sqlstate_of(q) FROM (VALUES
   ($$SELECT pklimit_window(NULL, 'UTC')$$),
   ($$SELECT pklimit_window('1 day', 'UTC', NULL)$$),
   ($$SELECT pklimit_window('1 day', 'Nowhere/City')$$),
+  ($$SELECT pklimit_window('1 hour', NULL, '294276-12-31 23:30:00+00')$$),
+  ($$SELECT pklimit_window('1 hour', NULL, 'infinity')$$),
+  ($$SELECT pklimit_window('1 day', 'UTC', 'infinity')$$),
+  ($$SELECT pklimit_window('1 year', 'UTC', '294276-06-01')$$),
   ($$SELECT pklimit_policy_set('p', 1, '1 month', time_zone => 'Mars/Olympus')$$),
   ($$SELECT pklimit_policy_set('p', 1, '1 month', algorithm => 'gcra', time_zone => 'UTC')$$),
   ($$SELECT pklimit_policy_set('p', 1, '5 days', time_zone => 'UTC')$$),

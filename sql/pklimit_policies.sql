@@ -89,6 +89,40 @@ SELECT key, allowed, status
 SELECT pklimit_policy_set('tight', 1, '36500 days', mode => 'enforce');
 SELECT c.allowed, c.status FROM pklimit_check('s', 'tight') c;
 
+-- a shadow policy beside an enforcing one that records nothing refused:
+-- the shadow policy's refusals never keep the other from counting
+SELECT pklimit_policy_set('quota', 3, '36500 days', record_refused => false);
+SELECT pklimit_policy_set('trial', 1, '36500 days', mode => 'shadow');
+SELECT i, pklimit_allow_all(ARRAY['g', 'g'], ARRAY['quota', 'trial'], 1 + 0 * i) AS allowed
+  FROM generate_series(1, 5) i;
+SELECT pklimit_count('g', 'quota') AS quota_count, pklimit_count('g', 'trial') AS trial_count;
+SELECT pklimit_policy_drop('quota'), pklimit_policy_drop('trial');
+
+-- the trigger fires for changes made as a replica too (logical replication)
+SELECT tgenabled FROM pg_trigger WHERE tgname = 'platformkit_limit_policies_changed';
+SELECT pklimit_policy_set('repl', 5, '36500 days');
+SELECT c.remaining FROM pklimit_check('rp', 'repl', 0) c;
+SET session_replication_role = replica;
+UPDATE platformkit_limit_policies SET max_count = 2 WHERE name = 'repl';
+RESET session_replication_role;
+SELECT c.remaining FROM pklimit_check('rp', 'repl', 0) c;
+-- a column the owner changed is an error at the call, never a wrong limit
+ALTER TABLE platformkit_limit_policies RENAME COLUMN max_count TO max_count_x;
+SELECT pg_temp.sqlstate_of($$SELECT pklimit_allow('rp', 'repl')$$);
+ALTER TABLE platformkit_limit_policies RENAME COLUMN max_count_x TO max_count;
+ALTER TABLE platformkit_limit_policies ALTER COLUMN max_count TYPE numeric;
+SELECT pg_temp.sqlstate_of($$SELECT pklimit_allow('rp', 'repl')$$);
+ALTER TABLE platformkit_limit_policies ALTER COLUMN max_count TYPE bigint;
+ALTER TABLE platformkit_limit_policies ALTER COLUMN algorithm DROP NOT NULL;
+UPDATE platformkit_limit_policies SET algorithm = NULL WHERE name = 'repl';
+SELECT pg_temp.sqlstate_of($$SELECT pklimit_allow('rp', 'repl')$$);
+UPDATE platformkit_limit_policies SET algorithm = 'fixed' WHERE name = 'repl';
+ALTER TABLE platformkit_limit_policies ALTER COLUMN algorithm SET NOT NULL;
+SELECT c.remaining FROM pklimit_check('rp', 'repl', 0) c;
+SELECT pklimit_policy_drop('repl');
+-- the trigger's function is not for calling
+SELECT pg_temp.sqlstate_of($$SELECT pklimit_policies_changed()$$);
+
 -- the counters: one table read per policy row and session until a change
 SELECT name, tenant, mode, calls, allowed, refused, would_refuse,
 	   unavailable, table_reads > 0 AS read

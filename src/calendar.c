@@ -53,7 +53,7 @@ pklimit_time_zone_value(text *name)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("time zone \"%s\" not recognized", s),
-				 errhint("Give a name of pg_timezone_names, for example 'Europe/Berlin' or 'UTC'.")));
+				 errhint("Give a time zone name as TimeZone takes it, for example 'Europe/Berlin' or 'UTC' (pg_timezone_names lists them).")));
 	return tz;
 }
 
@@ -92,7 +92,27 @@ pklimit_calendar_value(const Interval *window, PklimitAlgorithm algorithm,
 	return calendar;
 }
 
-/* tm, a local date at midnight, as a moment in tz. */
+/* Is t on the local date year-month-day in tz (at midnight: exactly)? */
+static bool
+on_local_date(TimestampTz t, int year, int month, int day, pg_tz *tz,
+			  bool midnight)
+{
+	struct pg_tm tm;
+	fsec_t		fsec;
+	int			offset;
+
+	return timestamp2tm(t, &offset, &tm, &fsec, NULL, tz) == 0 &&
+		tm.tm_year == year && tm.tm_mon == month && tm.tm_mday == day &&
+		(!midnight ||
+		 (tm.tm_hour == 0 && tm.tm_min == 0 && tm.tm_sec == 0 && fsec == 0));
+}
+
+/*
+ * The first moment of a local date in tz: its midnight, or where clocks
+ * went back over midnight (midnight twice), the earlier one, so that the
+ * windows of consecutive days meet; where they skipped it, the first moment
+ * after (PostgreSQL reads a skipped local time with the offset before).
+ */
 static TimestampTz
 local_midnight(int year, int month, int day, pg_tz *tz)
 {
@@ -108,6 +128,16 @@ local_midnight(int year, int month, int day, pg_tz *tz)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("timestamp out of range")));
+	if (!on_local_date(result - 1, year, month, day, tz, false))
+		return result;
+	/* the date began earlier: a change of clocks moves them a few hours */
+	for (int minutes = 4 * 60; minutes >= 15; minutes -= 15)
+	{
+		TimestampTz earlier = result - (TimestampTz) minutes * USECS_PER_MINUTE;
+
+		if (on_local_date(earlier, year, month, day, tz, true))
+			return earlier;
+	}
 	return result;
 }
 
@@ -160,9 +190,6 @@ pklimit_calendar_window(PklimitCalendar calendar, pg_tz *tz, TimestampTz at,
 			*end = local_midnight(year + 1, 1, 1, tz);
 			break;
 	}
-	/* a zone whose clocks skip midnight: the window still holds at */
-	if (*start > at)
-		*start = at;
 }
 
 /*
@@ -210,6 +237,12 @@ pklimit_window(PG_FUNCTION_ARGS)
 		PklimitRow	row;
 
 		call.window_usec = pklimit_window_value(PG_GETARG_INTERVAL_P(0), "window");
+		/* the window's end, and the epoch's distance, must be timestamps */
+		if (!IS_VALID_TIMESTAMP(at) ||
+			at > END_TIMESTAMP - call.window_usec - 2 * USECS_PER_DAY * 366 * 30)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+					 errmsg("timestamp out of range")));
 		pklimit_new_window(at, &call, &row);
 		start = row.window_start;
 		end = row.window_end;

@@ -674,6 +674,7 @@ policy_group_args(FunctionCallInfo fcinfo, text **keys, char **stored_keys,
 		stored_keys[i] = pklimit_policy_key_args(pair, 0, 1);
 		element.array = NULL;
 		calls[i] = policies[i].call;
+		calls[i].shadow = policies[i].shadow;
 		if (calls[i].calendar != PKLIMIT_CALENDAR_NONE)
 			pklimit_calendar_bounds(&calls[i], policies[i].tz,
 									GetCurrentTimestamp());

@@ -931,19 +931,22 @@ pklimit_decide_group(PklimitRow *rows, const PklimitCall *calls, int m,
 	bool		all_allowed = true;
 
 	Assert(m <= PKLIMIT_GROUP_MAX);
+	/* a shadow policy's refusal is its own: the others record as if allowed */
 	for (int k = 0; k < m; k++)
 	{
 		pklimit_decide(&rows[k], &calls[k], now, &decision[k]);
-		all_allowed &= decision[k].allowed;
+		all_allowed &= decision[k].allowed || calls[k].shadow;
 	}
 	for (int k = 0; k < m; k++)
 	{
 		PklimitRow	after;
+		bool		allowed = all_allowed &&
+		(decision[k].allowed || !calls[k].shadow);
 
 		memset(&results[k], 0, sizeof(PklimitResult));
 		results[k].recorded =
 			pklimit_apply_decision(&rows[k], &calls[k], now,
-								   pklimit_records(&calls[k], all_allowed),
+								   pklimit_records(&calls[k], allowed),
 								   &decision[k], &after);
 		decision_result(&decision[k], now, &results[k]);
 		rows[k] = after;

@@ -87,6 +87,9 @@ typedef struct PklimitCall
 	PklimitAnchor anchor;		/* of a fixed window the call starts */
 	bool		memory;			/* durable => false: the memory path
 								 * (memory.h, docs/memory.md) */
+	bool		shadow;			/* a shadow policy's, in a call on several
+								 * keys: its refusal keeps no other key from
+								 * recording */
 	PklimitCalendar calendar;	/* a fixed window of the calendar: */
 	TimestampTz calendar_at[3]; /* the window holding the caller's clock, [0]
 								 * to [1], and the next, [1] to [2]; the event

@@ -229,48 +229,6 @@ typedef struct PolicyRow
 	text	   *time_zone;		/* NULL: none */
 } PolicyRow;
 
-static bool
-text_is(Datum d, const char *s, int len)
-{
-	text	   *t = DatumGetTextPP(d);
-
-	return VARSIZE_ANY_EXHDR(t) == len && memcmp(VARDATA_ANY(t), s, len) == 0;
-}
-
-/* Copy the columns of the row in slot. */
-static void
-row_values(Relation rel, TupleTableSlot *slot, PolicyRow *row)
-{
-	bool		isnull;
-
-#define COLUMN(name) slot_getattr(slot, attnameAttNum(rel, (name), false), &isnull)
-	row->found = true;
-	row->tenant = TextDatumGetCString(COLUMN("tenant"));
-	row->max_count = DatumGetInt64(COLUMN("max_count"));
-	row->window = DatumGetIntervalP(datumCopy(COLUMN("window"), false, sizeof(Interval)));
-	row->algorithm = DatumGetTextPCopy(COLUMN("algorithm"));
-	row->cost = DatumGetInt64(COLUMN("cost"));
-	row->record_refused = DatumGetBool(COLUMN("record_refused"));
-	row->block = NULL;
-	{
-		Datum		d = COLUMN("block");
-
-		if (!isnull)
-			row->block = DatumGetIntervalP(datumCopy(d, false, sizeof(Interval)));
-	}
-	row->durable = DatumGetBool(COLUMN("durable"));
-	row->anchor = DatumGetTextPCopy(COLUMN("anchor"));
-	row->mode = DatumGetTextPCopy(COLUMN("mode"));
-	row->time_zone = NULL;
-	{
-		Datum		d = COLUMN("time_zone");
-
-		if (!isnull)
-			row->time_zone = DatumGetTextPCopy(d);
-	}
-#undef COLUMN
-}
-
 /*
  * On Citus, the shard of the policy table when Citus distributes it (as a
  * reference table: docs/citus.md), else 0.  *local: its placement's
@@ -301,22 +259,6 @@ citus_shard(Oid relid, Oid nspid, Oid *local)
 	return shardid;
 }
 
-/* Does Citus distribute the policy table (docs/citus.md)? */
-static bool
-citus_distributed(Oid relid, Oid nspid)
-{
-	Oid			local;
-	int64		shardid;
-
-	if (!OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)))
-		return false;
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	shardid = citus_shard(relid, nspid, &local);
-	SPI_finish();
-	return shardid != 0;
-}
-
 /* The owner of a relation. */
 static Oid
 relation_owner(Oid relid)
@@ -331,43 +273,80 @@ relation_owner(Oid relid)
 	return owner;
 }
 
-/* The values of a policy row SPI read, copied into context. */
+/* The columns a call reads of a policy row, and their types. */
+static const struct
+{
+	const char *name;
+	Oid			type;
+	bool		nullable;
+}			policy_columns[] = {
+	{"tenant", TEXTOID, false},
+	{"max_count", INT8OID, false},
+	{"window", INTERVALOID, false},
+	{"algorithm", TEXTOID, false},
+	{"cost", INT8OID, false},
+	{"record_refused", BOOLOID, false},
+	{"block", INTERVALOID, true},
+	{"durable", BOOLOID, false},
+	{"anchor", TEXTOID, false},
+	{"mode", TEXTOID, false},
+	{"time_zone", TEXTOID, true},
+};
+
+/* An owner's change of the table that leaves a row no call can read. */
+static void
+altered_table(const char *column, const char *problem)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_TABLE_DEFINITION),
+			 errmsg("column \"%s\" of pklimit's policy table \"%s\" %s",
+					column, POLICY_TABLE, problem),
+			 errhint("Restore the column as pklimit created it (docs/policies.md).")));
+}
+
+/* The values of a policy row SPI read, checked, copied into context. */
 static void
 spi_row_values(HeapTuple tuple, TupleDesc desc, MemoryContext context,
 			   PolicyRow *row)
 {
 	MemoryContext old = MemoryContextSwitchTo(context);
-	bool		isnull;
-	Datum		d;
+	Datum		v[lengthof(policy_columns)];
+	bool		isnull[lengthof(policy_columns)];
 
-#define COLUMN(n) SPI_getbinval(tuple, desc, (n), &isnull)
+	for (int i = 0; i < lengthof(policy_columns); i++)
+	{
+		if (SPI_gettypeid(desc, i + 1) != policy_columns[i].type)
+			altered_table(policy_columns[i].name, "is not of the type pklimit gave it");
+		v[i] = SPI_getbinval(tuple, desc, i + 1, &isnull[i]);
+		if (isnull[i] && !policy_columns[i].nullable)
+			altered_table(policy_columns[i].name, "is NULL");
+	}
 	row->found = true;
-	row->tenant = TextDatumGetCString(COLUMN(1));
-	row->max_count = DatumGetInt64(COLUMN(2));
-	row->window = DatumGetIntervalP(datumCopy(COLUMN(3), false, sizeof(Interval)));
-	row->algorithm = DatumGetTextPCopy(COLUMN(4));
-	row->cost = DatumGetInt64(COLUMN(5));
-	row->record_refused = DatumGetBool(COLUMN(6));
-	d = COLUMN(7);
-	row->block = isnull ? NULL :
-		DatumGetIntervalP(datumCopy(d, false, sizeof(Interval)));
-	row->durable = DatumGetBool(COLUMN(8));
-	row->anchor = DatumGetTextPCopy(COLUMN(9));
-	row->mode = DatumGetTextPCopy(COLUMN(10));
-	d = COLUMN(11);
-	row->time_zone = isnull ? NULL : DatumGetTextPCopy(d);
-#undef COLUMN
+	row->tenant = TextDatumGetCString(v[0]);
+	row->max_count = DatumGetInt64(v[1]);
+	row->window = DatumGetIntervalP(datumCopy(v[2], false, sizeof(Interval)));
+	row->algorithm = DatumGetTextPCopy(v[3]);
+	row->cost = DatumGetInt64(v[4]);
+	row->record_refused = DatumGetBool(v[5]);
+	row->block = isnull[6] ? NULL :
+		DatumGetIntervalP(datumCopy(v[6], false, sizeof(Interval)));
+	row->durable = DatumGetBool(v[7]);
+	row->anchor = DatumGetTextPCopy(v[8]);
+	row->mode = DatumGetTextPCopy(v[9]);
+	row->time_zone = isnull[10] ? NULL : DatumGetTextPCopy(v[10]);
 	MemoryContextSwitchTo(old);
 }
 
 /*
- * Read the rows of a policy table Citus distributes, through Citus (the
- * shard on this node, or another's), as the table's owner, with a snapshot
- * taken now; as read_policy.
+ * Read policy name's row for tenant (NULL: none) and its default row, by
+ * the table's primary key, as the table's owner, with a snapshot taken now
+ * (after the invalidations this backend has read).  On Citus, where the
+ * table is a reference table, the read goes through Citus to the shard on
+ * this node, whose relation is remembered: its trigger announces changes.
  */
-static bool
-read_policy_citus(Oid relid, Oid nspid, const char *name, const char *tenant,
-				  PolicyRow *row, PolicyRow *default_row)
+static void
+read_rows(Oid relid, Oid nspid, const char *name, const char *tenant,
+		  PolicyRow *row, PolicyRow *default_row)
 {
 	MemoryContext context = CurrentMemoryContext;
 	Oid			save_userid;
@@ -410,27 +389,21 @@ read_policy_citus(Oid relid, Oid nspid, const char *name, const char *tenant,
 		else if (tenant != NULL)
 			*row = r;
 	}
-	(void) citus_shard(relid, nspid, &cache_shard_relid);
+	if (OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)))
+		(void) citus_shard(relid, nspid, &cache_shard_relid);
 	SPI_finish();
 	SetUserIdAndSecContext(save_userid, save_sec_context);
-	return row->found || default_row->found;
 }
 
 /*
- * Read policy name's row for tenant (NULL: none) or else its default row,
- * with a snapshot taken now.  Returns false if it has neither.
+ * Policy name's row for tenant (NULL: none), or else its default row.
+ * Returns false if it has neither.
  */
 static bool
 read_policy(Oid nspid, const char *name, const char *tenant, PolicyRow *row)
 {
 	Oid			relid = get_relname_relid(POLICY_TABLE, nspid);
-	Relation	rel;
-	Snapshot	snapshot;
-	TableScanDesc scan;
-	TupleTableSlot *slot;
 	PolicyRow	default_row = {0};
-	int			name_len = strlen(name);
-	int			tenant_len = tenant ? strlen(tenant) : 0;
 
 	if (!OidIsValid(relid))
 		ereport(ERROR,
@@ -438,38 +411,8 @@ read_policy(Oid nspid, const char *name, const char *tenant, PolicyRow *row)
 				 errmsg("pklimit's policy table \"%s\" does not exist", POLICY_TABLE),
 				 errhint("Update pklimit: ALTER EXTENSION pklimit UPDATE.")));
 	memset(row, 0, sizeof(*row));
-	/* taking the lock reads the invalidations; the snapshot comes after */
-	rel = table_open(relid, AccessShareLock);
 	cache_relid = relid;
-	if (citus_distributed(relid, nspid))
-	{
-		table_close(rel, AccessShareLock);
-		read_policy_citus(relid, nspid, name, tenant, row, &default_row);
-		if (!row->found)
-			*row = default_row;
-		return row->found;
-	}
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	scan = table_beginscan(rel, snapshot, 0, NULL);
-	slot = table_slot_create(rel, NULL);
-	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
-	{
-		bool		isnull;
-		Datum		t;
-
-		if (!text_is(slot_getattr(slot, attnameAttNum(rel, "name", false), &isnull),
-					 name, name_len))
-			continue;
-		t = slot_getattr(slot, attnameAttNum(rel, "tenant", false), &isnull);
-		if (text_is(t, "", 0))
-			row_values(rel, slot, &default_row);
-		else if (tenant != NULL && text_is(t, tenant, tenant_len))
-			row_values(rel, slot, row);
-	}
-	ExecDropSingleTupleTableSlot(slot);
-	table_endscan(scan);
-	UnregisterSnapshot(snapshot);
-	table_close(rel, AccessShareLock);
+	read_rows(relid, nspid, name, tenant, row, &default_row);
 	if (!row->found)
 		*row = default_row;
 	return row->found;
@@ -568,8 +511,8 @@ pklimit_policy_get(Oid nspid, const char *name, PklimitPolicy *policy)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("policy \"%s\" does not exist", name),
-				 errhint("Create it with pklimit_policy_set('%s', max_count, window); pklimit_policies lists the policies there are.",
-						 name)));
+				 errhint("Create it with pklimit_policy_set(%s, max_count, window); pklimit_policies lists the policies there are.",
+						 quote_literal_cstr(name))));
 	row_policy(name, &row, policy);
 	policy->stats = stats_slot(name, row.tenant);
 	if (policy->stats != NULL)
@@ -577,8 +520,13 @@ pklimit_policy_get(Oid nspid, const char *name, PklimitPolicy *policy)
 		policy->stats->shadow = policy->shadow;
 		pg_atomic_fetch_add_u64(&policy->stats->counters[POLICY_TABLE_READS], 1);
 	}
-	/* a change announced while the table was opened: what was cached goes */
-	if (cache_stale)
+
+	/*
+	 * a change announced while the table was read: what was cached goes; and
+	 * so does all of it once it holds PKLIMIT_POLICY_CACHE_MAX entries (a
+	 * session that serves many tenants reads again the ones it uses)
+	 */
+	if (cache_stale || hash_get_num_entries(cache) >= PKLIMIT_POLICY_CACHE_MAX)
 		cache_reset();
 	entry = hash_search(cache, &key, HASH_ENTER, NULL);
 	entry->policy = *policy;
@@ -631,7 +579,10 @@ pklimit_policies_changed(PG_FUNCTION_ARGS)
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "pklimit_policies_changed: not called as a trigger");
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("pklimit_policies_changed() is the trigger of pklimit's policy table"),
+				 errhint("It is not called directly.")));
 	CacheInvalidateRelcache(trigdata->tg_relation);
 	return PointerGetDatum(NULL);
 }

@@ -21,6 +21,9 @@
 #define PKLIMIT_POLICY_NAME_MAX 63
 #define PKLIMIT_POLICY_TENANT_MAX 255
 
+/* Entries of a backend's policy cache, before it starts over. */
+#define PKLIMIT_POLICY_CACHE_MAX 10000
+
 /* Policy rows whose calls pklimit_policy_stats() counts, in the cluster. */
 #define PKLIMIT_POLICY_STATS_MAX 1000
 

@@ -237,6 +237,10 @@ COMMENT ON FUNCTION @extschema@.pklimit_policies_changed() IS
 CREATE TRIGGER platformkit_limit_policies_changed
 	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.platformkit_limit_policies
 	FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.pklimit_policies_changed();
+-- also for changes applied by logical replication or with
+-- session_replication_role = replica
+ALTER TABLE @extschema@.platformkit_limit_policies
+	ENABLE ALWAYS TRIGGER platformkit_limit_policies_changed;
 
 -- The view reads the rows through pklimit_policy_rows(), which shows the
 -- caller what the table's row level security would: read as the owner, so

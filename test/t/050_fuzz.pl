@@ -477,7 +477,12 @@ sub gen_call
 			  ? ('15 minutes', 'ok')
 			  : @{ pick(@WINDOWS) };
 		}
-		my $args = join ', ', text_arg($key), $max->[0], interval_arg($win);
+		my $warg = interval_arg($win);
+		my $args = join ', ', text_arg($key), $max->[0], $warg;
+		# a max and a window both untyped (a string literal or NULL): the
+		# call matches the policy form too, which PostgreSQL refuses as
+		# ambiguous (the README's overloads)
+		my $ambiguous = $max->[0] =~ /^(NULL|'[^']*')$/ && $warg !~ /::interval$/;
 		my $sql = $is_check
 		  ? "SELECT format('%s %s %s %s %s %s', allowed, count, remaining, "
 		  . "extract(epoch FROM reset_at)::bigint, retry_after > '0', status) "
@@ -485,8 +490,8 @@ sub gen_call
 		  : "SELECT $fn($args)::text";
 		my $call = {
 			sql => $sql,
-			expect => expect($kc, $max->[1], $wc),
-			kind => ($is_check ? 'check' : 'allow3'),
+			expect => $ambiguous ? [ 'err', '42725' ] : expect($kc, $max->[1], $wc),
+			kind => ($ambiguous ? 'ambiguous' : $is_check ? 'check' : 'allow3'),
 		};
 		if ($exact)
 		{

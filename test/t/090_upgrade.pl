@@ -120,7 +120,7 @@ is($node->safe_psql('old', "SELECT nodename FROM cron.job WHERE jobname = 'pklim
 is($node->safe_psql('old', $job), $job_before, 'the same job');
 my $updated = extension_catalog($node, 'old');
 my $fresh = extension_catalog($node, 'fresh');
-like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval,bigint,boolean,interval,text,boolean,text\)/m,
+like($fresh, qr/^function public\.pklimit_allow\(text,bigint,interval,bigint,boolean,interval,text,boolean,text,text\)/m,
 	'the catalog comparison sees the functions');
 like($fresh, qr/^function public\.pklimit_decrement\(text,bigint,boolean\)/m, 'and pklimit_decrement');
 like($fresh, qr/^function public\.pklimit_memory_stats\(\)/m, 'and pklimit_memory_stats');
@@ -408,8 +408,8 @@ $node->safe_psql('fresh_defaults', q{
 	SET client_min_messages = error;
 	CREATE EXTENSION pklimit});
 is($node->safe_psql('fresh_defaults', $same_as_forget),
-	'pklimit_decrement:false:false pklimit_forget:false:false',
-	'installed under default privileges that take EXECUTE from PUBLIC, pklimit_decrement is as pklimit_forget');
+	'pklimit_decrement:false:false pklimit_decrement:false:false pklimit_forget:false:false pklimit_forget:false:false',
+	'installed under default privileges that take EXECUTE from PUBLIC, pklimit_decrement (and its policy form) is as pklimit_forget');
 is($node->safe_psql('defaults', q{
 	SELECT string_agg(p.proname || ':' || has_function_privilege('public', p.oid, 'EXECUTE'), ' ' ORDER BY p.proname)
 	  FROM pg_proc p WHERE p.proname IN ('pklimit_allow', 'pklimit_check', 'pklimit_allow_all', 'pklimit_check_all')

@@ -37,7 +37,7 @@ is($node->safe_psql('fresh', $version), '0.4.0', 'a new install is at 0.4.0');
 my $fresh = extension_catalog($node, 'fresh');
 like($fresh, qr/^function public\.pklimit_check\(text,bigint,interval,bigint,boolean,interval,text,boolean,text,text\)/m,
 	'the catalog comparison sees the functions 0.4.0 creates');
-like($fresh, qr/^relation public\.platformkit_limit_policies kind=r persistence=p rls=t force=t acl=\{postgres=arwdDxt\/postgres,pklimit_admin=arwd\/postgres\} /m,
+like($fresh, qr/^relation public\.platformkit_limit_policies kind=r persistence=p rls=t force=t acl=\{postgres=arwdDxtm?\/postgres,pklimit_admin=arwd\/postgres\} /m,
 	"and the policy table's row level security and pklimit_admin's grants on it");
 like($fresh, qr/^policy public\.platformkit_limit_policies\.platformkit_tenant cmd=\* /m, 'and its row level security policy');
 like($fresh, qr/^function public\.pklimit_policy_set\(.*\) acl=\{postgres=X\/postgres,pklimit_admin=X\/postgres\} /m,
