@@ -211,3 +211,26 @@ REVOKE CREATE ON SCHEMA public FROM regress_pklimit_shadow;
 DROP ROLE regress_pklimit_shadow;
 DROP ROLE regress_pklimit_other;
 DROP ROLE regress_pklimit_bypass;
+
+-- a transaction that installs pklimit and fails rolls back, server up (the
+-- guards never read the catalogs for the ROLLBACK itself)
+SELECT current_database() AS home \gset
+CREATE DATABASE regress_pklimit_rollback;
+\c regress_pklimit_rollback
+BEGIN;
+SET client_min_messages = error;
+CREATE EXTENSION pklimit;
+SELECT 1 / 0;
+ROLLBACK;
+BEGIN;
+SET client_min_messages = error;
+CREATE EXTENSION pklimit;
+SAVEPOINT s;
+SELECT 1 / 0;
+ROLLBACK TO s;
+ROLLBACK;
+SELECT count(*) AS installed FROM pg_extension WHERE extname = 'pklimit';
+\c :home
+DROP DATABASE regress_pklimit_rollback;
+SELECT pklimit_allow('after-rollback', 1, '1 hour');
+SELECT pklimit_forget('after-rollback');

@@ -290,6 +290,48 @@ SELECT count(*) AS updated FROM u;
 RESET platformkit.tenant;
 RESET ROLE;
 SELECT name, tenant, max_count FROM pklimit_policies ORDER BY name, tenant NULLS FIRST;
+-- a grant of every table gives no other role a policy to write, nor
+-- TRUNCATE or TRIGGER on the table (taken back with a WARNING, shown in
+-- pklimit_grants)
+SET client_min_messages = error;
+GRANT ALL ON ALL TABLES IN SCHEMA public TO regress_pklimit_policy_app;
+RESET client_min_messages;
+SELECT string_agg(privilege_type, ', ' ORDER BY privilege_type) AS app_holds
+  FROM information_schema.role_table_grants
+ WHERE table_name = 'platformkit_limit_policies' AND grantee = 'regress_pklimit_policy_app';
+SET ROLE regress_pklimit_policy_app;
+SELECT pg_temp.sqlstate_of(q) AS outcome, q FROM (VALUES
+  ($$INSERT INTO platformkit_limit_policies (name, max_count, "window") VALUES ('mine', 1000000, '1 hour')$$),
+  ($$INSERT INTO platformkit_limit_policies (name, tenant, max_count, "window") VALUES ('login', 'victim', 1000000, '1 hour')$$),
+  ($$TRUNCATE platformkit_limit_policies$$)
+) AS t(q);
+WITH u AS (UPDATE platformkit_limit_policies SET max_count = 1000000 RETURNING 1)
+SELECT count(*) AS updated FROM u;
+WITH d AS (DELETE FROM platformkit_limit_policies RETURNING 1)
+SELECT count(*) AS deleted FROM d;
+RESET ROLE;
+REVOKE ALL ON ALL TABLES IN SCHEMA public FROM regress_pklimit_policy_app;
+SELECT name, tenant, max_count FROM pklimit_policies ORDER BY name, tenant NULLS FIRST;
+
+-- nothing a caller planted in its search_path runs as the table's owner
+-- when a call or the view reads the policies
+CREATE SCHEMA regress_planted AUTHORIZATION regress_pklimit_policy_app;
+SET ROLE regress_pklimit_policy_app;
+CREATE FUNCTION regress_planted.eq(text, text) RETURNS boolean LANGUAGE plpgsql
+  AS $$ BEGIN RAISE NOTICE 'planted operator ran as %', current_user;
+		   RETURN $1 OPERATOR(pg_catalog.=) $2; END $$;
+CREATE OPERATOR regress_planted.= (leftarg = text, rightarg = text,
+								   function = regress_planted.eq);
+SET search_path = regress_planted, pg_catalog, public;
+SELECT count(*) AS visible FROM pklimit_policies;
+RESET ROLE;
+SELECT pklimit_policy_set('login', 3, '36500 days');
+SET ROLE regress_pklimit_policy_app;
+SELECT pklimit_allow('planted', 'login');
+RESET ROLE;
+RESET search_path;
+DROP SCHEMA regress_planted CASCADE;
+
 DROP ROLE regress_pklimit_policy_app;
 DROP ROLE regress_pklimit_policy_admin;
 

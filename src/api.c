@@ -40,15 +40,22 @@ pklimit_arg_not_null(FunctionCallInfo fcinfo, int argno, const char *what)
 				 errmsg("%s must not be null", what)));
 }
 
-/* The stored key of a key the caller gave: not empty; what names it. */
-char *
-pklimit_key_value(text *key, const char *what)
+/* A key the caller gave: not empty; what names it. */
+void
+pklimit_key_check(text *key, const char *what)
 {
 	if (VARSIZE_ANY_EXHDR(key) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must not be empty", what),
 				 errhint("Name what is counted, for example 'login:' || user_name.")));
+}
+
+/* The stored key of a key the caller gave (pklimit_key_check). */
+char *
+pklimit_key_value(text *key, const char *what)
+{
+	pklimit_key_check(key, what);
 	return pklimit_stored_key(key);
 }
 
@@ -100,6 +107,10 @@ pklimit_run(FunctionCallInfo fcinfo, PklimitRequest *requests,
 		requests[i].dboid = MyDatabaseId;
 		requests[i].nspid = nspid;
 		requests[i].deadline = started + (TimestampTz) pklimit_timeout * 1000;
+		/* a calendar call is applied within the two windows it carries */
+		if (requests[i].call.calendar != PKLIMIT_CALENDAR_NONE)
+			requests[i].deadline = Min(requests[i].deadline,
+									   requests[i].call.calendar_at[2]);
 		requests[i].group_size = n;
 		requests[i].track_stats = pklimit_track_stats;
 	}

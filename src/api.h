@@ -30,6 +30,7 @@ extern TimestampTz pklimit_run(FunctionCallInfo fcinfo,
 							   PklimitAnswer *answers, int n);
 extern void pklimit_arg_not_null(FunctionCallInfo fcinfo, int argno,
 								 const char *what);
+extern void pklimit_key_check(text *key, const char *what);
 extern char *pklimit_key_value(text *key, const char *what);
 extern int64 pklimit_max_count_value(int64 max_count, const char *what);
 extern bool pklimit_unavailable(const PklimitAnswer *answer,

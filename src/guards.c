@@ -69,6 +69,17 @@
 #define READ_PRIVILEGES ACL_SELECT
 #define READ_PRIVILEGE_NAMES "SELECT"
 
+/*
+ * The privileges nobody but the owner may hold on the policies' table: its
+ * writes are pklimit_admin's, by row level security, but TRUNCATE gets
+ * around it, a trigger would run in the statements of whoever changes a
+ * policy, and a strong lock would hold up every session's reads of it.
+ */
+#define POLICY_FORBIDDEN_PRIVILEGES \
+	(ACL_TRUNCATE | ACL_REFERENCES | ACL_TRIGGER | PKLIMIT_ACL_MAINTAIN)
+#define POLICY_FORBIDDEN_PRIVILEGE_NAMES \
+	"TRUNCATE, REFERENCES, TRIGGER" PKLIMIT_MAINTAIN_NAME
+
 /* The schema of the installed pklimit extension, or InvalidOid. */
 static Oid
 extension_schema(Oid extoid)
@@ -130,7 +141,8 @@ obeys_row_security(Oid grantee)
  * PUBLIC).
  */
 static void
-add_forbidden_grantees(Datum aclDatum, Oid owner, Grantees *grantees)
+add_forbidden_grantees(Datum aclDatum, Oid owner, AclMode forbidden,
+					   Grantees *grantees)
 {
 	Acl		   *acl = DatumGetAclP(aclDatum);
 	AclItem    *items = ACL_DAT(acl);
@@ -142,17 +154,19 @@ add_forbidden_grantees(Datum aclDatum, Oid owner, Grantees *grantees)
 
 		if (grantee == owner)
 			continue;
-		if (privs & FORBIDDEN_PRIVILEGES)
+		if (privs & forbidden)
 			grantees->writers = list_append_unique_oid(grantees->writers,
 													   grantee);
-		if ((privs & READ_PRIVILEGES) && obeys_row_security(grantee))
+		if (forbidden == FORBIDDEN_PRIVILEGES &&
+			(privs & READ_PRIVILEGES) && obeys_row_security(grantee))
 			grantees->readers = list_append_unique_oid(grantees->readers,
 													   grantee);
 	}
 }
 
 static bool
-forbidden_grantees(Oid relid, Oid *owner, Grantees *grantees)
+forbidden_grantees(Oid relid, Oid *owner, AclMode forbidden,
+				   Grantees *grantees)
 {
 	HeapTuple	tuple;
 	Datum		aclDatum;
@@ -167,7 +181,7 @@ forbidden_grantees(Oid relid, Oid *owner, Grantees *grantees)
 	natts = ((Form_pg_class) GETSTRUCT(tuple))->relnatts;
 	aclDatum = SysCacheGetAttr(RELOID, tuple, Anum_pg_class_relacl, &isnull);
 	if (!isnull)
-		add_forbidden_grantees(aclDatum, *owner, grantees);
+		add_forbidden_grantees(aclDatum, *owner, forbidden, grantees);
 	ReleaseSysCache(tuple);
 
 	for (AttrNumber att = 1; att <= natts; att++)
@@ -179,7 +193,7 @@ forbidden_grantees(Oid relid, Oid *owner, Grantees *grantees)
 		aclDatum = SysCacheGetAttr(ATTNUM, tuple, Anum_pg_attribute_attacl,
 								   &isnull);
 		if (!isnull)
-			add_forbidden_grantees(aclDatum, *owner, grantees);
+			add_forbidden_grantees(aclDatum, *owner, forbidden, grantees);
 		ReleaseSysCache(tuple);
 	}
 	return grantees->writers != NIL || grantees->readers != NIL;
@@ -233,6 +247,36 @@ revoke_privileges(Oid relid, Oid owner, const char *privileges,
  * stored), are taken back, and the GRANT succeeds with a WARNING for every
  * other table and privilege.
  */
+/* The same after a GRANT, for the policies' table (docs/policies.md). */
+static void
+guard_policy_grant(void)
+{
+	Oid			nspid = pklimit_extension_namespace();
+	Oid			relid = OidIsValid(nspid) ?
+	get_relname_relid("platformkit_limit_policies", nspid) : InvalidOid;
+	Oid			owner = InvalidOid;
+	Grantees	grantees;
+
+	if (!OidIsValid(relid) ||
+		!forbidden_grantees(relid, &owner, POLICY_FORBIDDEN_PRIVILEGES, &grantees))
+		return;
+	revoke_privileges(relid, owner, POLICY_FORBIDDEN_PRIVILEGE_NAMES,
+					  grantees.writers);
+	CommandCounterIncrement();
+	if (forbidden_grantees(relid, &owner, POLICY_FORBIDDEN_PRIVILEGES, &grantees))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("privileges on pklimit's table \"platformkit_limit_policies\" cannot be granted"),
+				 errdetail("Only the table's owner may hold %s on it.",
+						   POLICY_FORBIDDEN_PRIVILEGE_NAMES)));
+	ereport(WARNING,
+			(errcode(ERRCODE_WARNING_PRIVILEGE_NOT_GRANTED),
+			 errmsg("privileges on pklimit's table \"platformkit_limit_policies\" were left out of the GRANT"),
+			 errdetail("Only the table's owner may hold %s on it: they would let another role empty it, lock it, or run code in the statements of whoever changes a policy.",
+					   POLICY_FORBIDDEN_PRIVILEGE_NAMES),
+			 errhint("Members of pklimit_admin change policies: grant that role instead.")));
+}
+
 void
 pklimit_guard_grant(void)
 {
@@ -242,14 +286,16 @@ pklimit_guard_grant(void)
 	bool		writers;
 	bool		readers;
 
-	if (!OidIsValid(relid) || !forbidden_grantees(relid, &owner, &grantees))
+	guard_policy_grant();
+	if (!OidIsValid(relid) ||
+		!forbidden_grantees(relid, &owner, FORBIDDEN_PRIVILEGES, &grantees))
 		return;
 	writers = (grantees.writers != NIL);
 	readers = (grantees.readers != NIL);
 	revoke_privileges(relid, owner, FORBIDDEN_PRIVILEGE_NAMES, grantees.writers);
 	revoke_privileges(relid, owner, READ_PRIVILEGE_NAMES, grantees.readers);
 	CommandCounterIncrement();
-	if (forbidden_grantees(relid, &owner, &grantees))
+	if (forbidden_grantees(relid, &owner, FORBIDDEN_PRIVILEGES, &grantees))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("privileges on pklimit's table \"platformkit_limits\" cannot be granted"),

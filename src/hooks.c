@@ -189,8 +189,17 @@ process_utility(PlannedStmt *pstmt, const char *queryString,
 	if (IsA(parsetree, DropdbStmt))
 		dropped_database = get_database_oid(((DropdbStmt *) parsetree)->dbname,
 											true);
-	pklimit_guard_table(parsetree);
-	release_database(parsetree);
+
+	/*
+	 * The guards read the catalogs: not for a transaction's own statements (a
+	 * ROLLBACK of a failed transaction runs with no transaction to read them
+	 * in, and would find the rows it created half gone)
+	 */
+	if (!IsA(parsetree, TransactionStmt) && IsTransactionState())
+	{
+		pklimit_guard_table(parsetree);
+		release_database(parsetree);
+	}
 	if (prev_ProcessUtility)
 		prev_ProcessUtility(pstmt, queryString, readOnlyTree, context,
 							params, queryEnv, dest, qc);

@@ -133,6 +133,20 @@ stats_slot(const char *name, const char *tenant)
 
 	if (policy_stats == NULL)
 		return NULL;
+	/* most reads find their row's slot: a shared look first */
+	LWLockAcquire(pklimit_lock, LW_SHARED);
+	for (int i = 0; i < PKLIMIT_POLICY_STATS_MAX; i++)
+	{
+		PklimitPolicyStats *s = &policy_stats[i];
+
+		if (s->dbid == MyDatabaseId && strcmp(s->name, name) == 0 &&
+			strcmp(s->tenant, tenant) == 0)
+		{
+			LWLockRelease(pklimit_lock);
+			return s;
+		}
+	}
+	LWLockRelease(pklimit_lock);
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < PKLIMIT_POLICY_STATS_MAX; i++)
 	{
@@ -273,6 +287,38 @@ relation_owner(Oid relid)
 	return owner;
 }
 
+/*
+ * Run as the policy table's owner, as a restricted operation, with
+ * search_path pg_catalog, pg_temp: nothing a caller planted in a schema of
+ * its search_path runs with the owner's rights.  as_owner_end() undoes it.
+ */
+typedef struct AsOwner
+{
+	Oid			userid;
+	int			sec_context;
+	int			nestlevel;
+} AsOwner;
+
+static void
+as_owner_begin(Oid relid, AsOwner *saved)
+{
+	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
+	SetUserIdAndSecContext(relation_owner(relid),
+						   saved->sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	saved->nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+}
+
+static void
+as_owner_end(const AsOwner *saved)
+{
+	AtEOXact_GUC(true, saved->nestlevel);
+	SetUserIdAndSecContext(saved->userid, saved->sec_context);
+}
+
 /* The columns a call reads of a policy row, and their types. */
 static const struct
 {
@@ -349,8 +395,7 @@ read_rows(Oid relid, Oid nspid, const char *name, const char *tenant,
 		  PolicyRow *row, PolicyRow *default_row)
 {
 	MemoryContext context = CurrentMemoryContext;
-	Oid			save_userid;
-	int			save_sec_context;
+	AsOwner		owner;
 	Oid			types[2] = {TEXTOID, TEXTOID};
 	Datum		values[2];
 	SPIPlanPtr	plan;
@@ -358,10 +403,7 @@ read_rows(Oid relid, Oid nspid, const char *name, const char *tenant,
 
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(tenant ? tenant : "");
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(relation_owner(relid),
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	as_owner_begin(relid, &owner);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	plan = SPI_prepare(psprintf("SELECT tenant, max_count, \"window\", algorithm, cost,"
@@ -392,7 +434,7 @@ read_rows(Oid relid, Oid nspid, const char *name, const char *tenant,
 	if (OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)))
 		(void) citus_shard(relid, nspid, &cache_shard_relid);
 	SPI_finish();
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	as_owner_end(&owner);
 }
 
 /*
@@ -526,7 +568,13 @@ pklimit_policy_get(Oid nspid, const char *name, PklimitPolicy *policy)
 	 * so does all of it once it holds PKLIMIT_POLICY_CACHE_MAX entries (a
 	 * session that serves many tenants reads again the ones it uses)
 	 */
-	if (cache_stale || hash_get_num_entries(cache) >= PKLIMIT_POLICY_CACHE_MAX)
+	if (cache_stale)
+	{
+		/* the row may be older than the change: for this call only */
+		cache_reset();
+		return;
+	}
+	if (hash_get_num_entries(cache) >= PKLIMIT_POLICY_CACHE_MAX)
 		cache_reset();
 	entry = hash_search(cache, &key, HASH_ENTER, NULL);
 	entry->policy = *policy;
@@ -563,7 +611,7 @@ pklimit_policy_key_args(FunctionCallInfo fcinfo, int keyarg, int policyarg)
 
 	pklimit_arg_not_null(fcinfo, keyarg, "key");
 	key = PG_GETARG_TEXT_PP(keyarg);
-	(void) pklimit_key_value(key, "key");	/* the checks of a key */
+	pklimit_key_check(key, "key");
 	return pklimit_stored_key_in(key, policy);
 }
 
@@ -787,8 +835,7 @@ pklimit_policy_rows(PG_FUNCTION_ARGS)
 	const char *tenant = GetConfigOption("platformkit.tenant", true, false);
 	Oid			admin = get_role_oid("pklimit_admin", true);
 	bool		every_row;
-	Oid			save_userid;
-	int			save_sec_context;
+	AsOwner		owner;
 	Oid			argtype = TEXTOID;
 	Datum		arg;
 
@@ -803,13 +850,12 @@ pklimit_policy_rows(PG_FUNCTION_ARGS)
 				 errhint("Update pklimit: ALTER EXTENSION pklimit UPDATE.")));
 	InitMaterializedSRF(fcinfo, 0);
 	arg = CStringGetTextDatum(tenant);
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(relation_owner(relid),
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	as_owner_begin(relid, &owner);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SPI_execute_with_args(psprintf("SELECT name, NULLIF(tenant, ''), max_count,"
+	if (SPI_execute_with_args(psprintf("SELECT name,"
+									   " CASE WHEN tenant OPERATOR(pg_catalog.=) '' THEN NULL"
+									   " ELSE tenant END, max_count,"
 									   " \"window\", algorithm, cost, record_refused, block,"
 									   " durable, anchor, mode, time_zone, updated_at"
 									   " FROM %s.%s"
@@ -829,6 +875,6 @@ pklimit_policy_rows(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	SPI_finish();
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	as_owner_end(&owner);
 	return (Datum) 0;
 }

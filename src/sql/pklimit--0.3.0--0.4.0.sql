@@ -172,8 +172,14 @@ BEGIN
 		CREATE ROLE pklimit_admin NOLOGIN;
 		COMMENT ON ROLE pklimit_admin IS
 			'May change pklimit''s policies (pklimit_policy_set, pklimit_policy_drop) in every database with pklimit.';
+	ELSIF EXISTS (SELECT FROM pg_catalog.pg_roles r
+				   WHERE r.rolname OPERATOR(pg_catalog.=) 'pklimit_admin'
+					 AND (r.rolcanlogin OR EXISTS (SELECT FROM pg_catalog.pg_auth_members m
+													WHERE m.roleid OPERATOR(pg_catalog.=) r.oid))) THEN
+		RAISE WARNING 'the role pklimit_admin exists already, with members or LOGIN: they may change the policies of this database'
+			USING HINT = 'Check the role''s members: \du pklimit_admin.';
 	END IF;
-EXCEPTION WHEN duplicate_object THEN
+EXCEPTION WHEN duplicate_object OR unique_violation THEN
 	NULL;						-- made meanwhile by an install in another database
 END
 $admin$;
@@ -211,15 +217,41 @@ COMMENT ON COLUMN @extschema@.platformkit_limit_policies.mode IS
 ALTER TABLE @extschema@.platformkit_limit_policies ENABLE ROW LEVEL SECURITY;
 ALTER TABLE @extschema@.platformkit_limit_policies FORCE ROW LEVEL SECURITY;
 
+-- A session reads the default rows and its platformkit.tenant's, or every
+-- row as a member of pklimit_admin with no tenant set; it writes only as a
+-- member of pklimit_admin, the same rows (so a grant of the table, such as
+-- GRANT ALL ON ALL TABLES IN SCHEMA, gives no other role a policy to write).
 CREATE POLICY platformkit_tenant ON @extschema@.platformkit_limit_policies
+	FOR SELECT
 	USING (tenant OPERATOR(pg_catalog.=) ''
 		   OR tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('platformkit.tenant', true)
 		   OR (COALESCE(pg_catalog.current_setting('platformkit.tenant', true), '') OPERATOR(pg_catalog.=) ''
-			   AND pg_catalog.pg_has_role('pklimit_admin', 'USAGE')))
-	WITH CHECK (tenant OPERATOR(pg_catalog.=) ''
-		   OR tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('platformkit.tenant', true)
-		   OR (COALESCE(pg_catalog.current_setting('platformkit.tenant', true), '') OPERATOR(pg_catalog.=) ''
 			   AND pg_catalog.pg_has_role('pklimit_admin', 'USAGE')));
+
+CREATE POLICY platformkit_admin_insert ON @extschema@.platformkit_limit_policies
+	FOR INSERT
+	WITH CHECK (pg_catalog.pg_has_role('pklimit_admin', 'USAGE')
+		   AND (tenant OPERATOR(pg_catalog.=) ''
+				OR tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('platformkit.tenant', true)
+				OR COALESCE(pg_catalog.current_setting('platformkit.tenant', true), '') OPERATOR(pg_catalog.=) ''));
+
+CREATE POLICY platformkit_admin_update ON @extschema@.platformkit_limit_policies
+	FOR UPDATE
+	USING (pg_catalog.pg_has_role('pklimit_admin', 'USAGE')
+		   AND (tenant OPERATOR(pg_catalog.=) ''
+				OR tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('platformkit.tenant', true)
+				OR COALESCE(pg_catalog.current_setting('platformkit.tenant', true), '') OPERATOR(pg_catalog.=) ''))
+	WITH CHECK (pg_catalog.pg_has_role('pklimit_admin', 'USAGE')
+		   AND (tenant OPERATOR(pg_catalog.=) ''
+				OR tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('platformkit.tenant', true)
+				OR COALESCE(pg_catalog.current_setting('platformkit.tenant', true), '') OPERATOR(pg_catalog.=) ''));
+
+CREATE POLICY platformkit_admin_delete ON @extschema@.platformkit_limit_policies
+	FOR DELETE
+	USING (pg_catalog.pg_has_role('pklimit_admin', 'USAGE')
+		   AND (tenant OPERATOR(pg_catalog.=) ''
+				OR tenant OPERATOR(pg_catalog.=) pg_catalog.current_setting('platformkit.tenant', true)
+				OR COALESCE(pg_catalog.current_setting('platformkit.tenant', true), '') OPERATOR(pg_catalog.=) ''));
 
 REVOKE ALL ON @extschema@.platformkit_limit_policies FROM PUBLIC;
 

@@ -39,7 +39,7 @@ like($fresh, qr/^function public\.pklimit_check\(text,bigint,interval,bigint,boo
 	'the catalog comparison sees the functions 0.4.0 creates');
 like($fresh, qr/^relation public\.platformkit_limit_policies kind=r persistence=p rls=t force=t acl=\{postgres=arwdDxtm?\/postgres,pklimit_admin=arwd\/postgres\} /m,
 	"and the policy table's row level security and pklimit_admin's grants on it");
-like($fresh, qr/^policy public\.platformkit_limit_policies\.platformkit_tenant cmd=\* /m, 'and its row level security policy');
+like($fresh, qr/^policy public\.platformkit_limit_policies\.platformkit_tenant cmd=r /m, 'and its row level security policy');
 like($fresh, qr/^function public\.pklimit_policy_set\(.*\) acl=\{postgres=X\/postgres,pklimit_admin=X\/postgres\} /m,
 	"and pklimit_admin's EXECUTE on pklimit_policy_set");
 
