@@ -335,10 +335,11 @@ pklimit_decrement(PG_FUNCTION_ARGS)
 static char *
 policy_key_args(FunctionCallInfo fcinfo, PklimitPolicy *policy)
 {
-	char	   *stored_key = pklimit_policy_key_args(fcinfo, 0, 1);
+	char	   *name = pklimit_policy_name_value(fcinfo, 1);
+	char	   *stored_key = pklimit_policy_key(fcinfo, 0, name);
 
-	pklimit_policy_get(get_func_namespace(fcinfo->flinfo->fn_oid),
-					   pklimit_policy_name_value(fcinfo, 1), policy);
+	pklimit_policy_get(get_func_namespace(fcinfo->flinfo->fn_oid), name,
+					   policy);
 	return stored_key;
 }
 

@@ -573,11 +573,12 @@ static bool
 policy_call(FunctionCallInfo fcinfo, PklimitCall *call, PklimitAnswer *answer,
 			bool *shadowed)
 {
-	char	   *stored_key = pklimit_policy_key_args(fcinfo, 0, 1);
+	char	   *name = pklimit_policy_name_value(fcinfo, 1);
+	char	   *stored_key = pklimit_policy_key(fcinfo, 0, name);
 	PklimitPolicy policy;
 
-	pklimit_policy_get(get_func_namespace(fcinfo->flinfo->fn_oid),
-					   pklimit_policy_name_value(fcinfo, 1), &policy);
+	pklimit_policy_get(get_func_namespace(fcinfo->flinfo->fn_oid), name,
+					   &policy);
 	*call = policy.call;
 	if (call->calendar != PKLIMIT_CALENDAR_NONE)
 		pklimit_calendar_bounds(call, policy.tz, GetCurrentTimestamp());
@@ -658,6 +659,7 @@ policy_group_args(FunctionCallInfo fcinfo, text **keys, char **stored_keys,
 	for (int i = 0; i < n; i++)
 	{
 		LOCAL_FCINFO(pair, 2);
+		char	   *name;
 
 		/* each pair's checks are those of pklimit_allow(key, policy) */
 		InitFunctionCallInfoData(*pair, fcinfo->flinfo, 2, InvalidOid, NULL, NULL);
@@ -667,11 +669,11 @@ policy_group_args(FunctionCallInfo fcinfo, text **keys, char **stored_keys,
 		pair->args[1].isnull = false;
 		element.element = i + 1;
 		element.array = "policies";
-		pklimit_policy_get(nspid, pklimit_policy_name_value(pair, 1),
-						   &policies[i]);
+		name = pklimit_policy_name_value(pair, 1);
+		pklimit_policy_get(nspid, name, &policies[i]);
 		element.array = "keys";
 		keys[i] = DatumGetTextPP(key_datums[i]);
-		stored_keys[i] = pklimit_policy_key_args(pair, 0, 1);
+		stored_keys[i] = pklimit_policy_key(pair, 0, name);
 		element.array = NULL;
 		calls[i] = policies[i].call;
 		calls[i].shadow = policies[i].shadow;

@@ -357,7 +357,9 @@ pklimit_stored_key_sql(PG_FUNCTION_ARGS)
 Datum
 pklimit_stored_key_policy(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_TEXT_P(cstring_to_text(pklimit_policy_key_args(fcinfo, 0, 1)));
+	char	   *policy = pklimit_policy_name_value(fcinfo, 1);
+
+	PG_RETURN_TEXT_P(cstring_to_text(pklimit_policy_key(fcinfo, 0, policy)));
 }
 
 /*
@@ -435,5 +437,7 @@ pklimit_node(PG_FUNCTION_ARGS)
 Datum
 pklimit_node_policy(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_DATUM(node_row(fcinfo, pklimit_policy_key_args(fcinfo, 0, 1)));
+	char	   *policy = pklimit_policy_name_value(fcinfo, 1);
+
+	PG_RETURN_DATUM(node_row(fcinfo, pklimit_policy_key(fcinfo, 0, policy)));
 }

@@ -24,18 +24,14 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
-#include "access/table.h"
-#include "access/tableam.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
-#include "executor/tuptable.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "parser/parse_relation.h"
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -125,50 +121,53 @@ pklimit_policy_shmem_init(void)
 			pg_atomic_init_u64(&policy_stats[i].counters[c], 0);
 }
 
+/*
+ * The slot of a policy row of this database, or NULL; *free_slot: the first
+ * free one.  pklimit_lock held.
+ */
+static PklimitPolicyStats *
+find_slot(const char *name, const char *tenant, PklimitPolicyStats **free_slot)
+{
+	*free_slot = NULL;
+	for (int i = 0; i < PKLIMIT_POLICY_STATS_MAX; i++)
+	{
+		PklimitPolicyStats *s = &policy_stats[i];
+
+		if (s->dbid == MyDatabaseId && strcmp(s->name, name) == 0 &&
+			strcmp(s->tenant, tenant) == 0)
+			return s;
+		if (s->dbid == InvalidOid && *free_slot == NULL)
+			*free_slot = s;
+	}
+	return NULL;
+}
+
 /* The counters of a policy row of this database, claimed if new; or NULL. */
 static PklimitPolicyStats *
 stats_slot(const char *name, const char *tenant)
 {
-	PklimitPolicyStats *free_slot = NULL;
+	PklimitPolicyStats *slot;
+	PklimitPolicyStats *free_slot;
 
 	if (policy_stats == NULL)
 		return NULL;
 	/* most reads find their row's slot: a shared look first */
 	LWLockAcquire(pklimit_lock, LW_SHARED);
-	for (int i = 0; i < PKLIMIT_POLICY_STATS_MAX; i++)
-	{
-		PklimitPolicyStats *s = &policy_stats[i];
-
-		if (s->dbid == MyDatabaseId && strcmp(s->name, name) == 0 &&
-			strcmp(s->tenant, tenant) == 0)
-		{
-			LWLockRelease(pklimit_lock);
-			return s;
-		}
-	}
+	slot = find_slot(name, tenant, &free_slot);
 	LWLockRelease(pklimit_lock);
+	if (slot != NULL)
+		return slot;
 	LWLockAcquire(pklimit_lock, LW_EXCLUSIVE);
-	for (int i = 0; i < PKLIMIT_POLICY_STATS_MAX; i++)
+	slot = find_slot(name, tenant, &free_slot);
+	if (slot == NULL && free_slot != NULL)
 	{
-		PklimitPolicyStats *s = &policy_stats[i];
-
-		if (s->dbid == MyDatabaseId && strcmp(s->name, name) == 0 &&
-			strcmp(s->tenant, tenant) == 0)
-		{
-			LWLockRelease(pklimit_lock);
-			return s;
-		}
-		if (s->dbid == InvalidOid && free_slot == NULL)
-			free_slot = s;
-	}
-	if (free_slot != NULL)
-	{
-		strlcpy(free_slot->name, name, sizeof(free_slot->name));
-		strlcpy(free_slot->tenant, tenant, sizeof(free_slot->tenant));
-		free_slot->dbid = MyDatabaseId;
+		slot = free_slot;
+		strlcpy(slot->name, name, sizeof(slot->name));
+		strlcpy(slot->tenant, tenant, sizeof(slot->tenant));
+		slot->dbid = MyDatabaseId;
 	}
 	LWLockRelease(pklimit_lock);
-	return free_slot;
+	return slot;
 }
 
 /*
@@ -602,11 +601,13 @@ pklimit_policy_name_value(FunctionCallInfo fcinfo, int argno)
 	return name;
 }
 
-/* The stored key of a (key, policy) pair of arguments. */
+/*
+ * The stored key of a key argument under policy (a name checked by
+ * pklimit_policy_name_value).
+ */
 char *
-pklimit_policy_key_args(FunctionCallInfo fcinfo, int keyarg, int policyarg)
+pklimit_policy_key(FunctionCallInfo fcinfo, int keyarg, const char *policy)
 {
-	char	   *policy = pklimit_policy_name_value(fcinfo, policyarg);
 	text	   *key;
 
 	pklimit_arg_not_null(fcinfo, keyarg, "key");

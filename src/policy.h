@@ -41,8 +41,8 @@ typedef struct PklimitPolicy
 extern void pklimit_policy_get(Oid nspid, const char *name,
 							   PklimitPolicy *policy);
 extern char *pklimit_policy_name_value(FunctionCallInfo fcinfo, int argno);
-extern char *pklimit_policy_key_args(FunctionCallInfo fcinfo, int keyarg,
-									 int policyarg);
+extern char *pklimit_policy_key(FunctionCallInfo fcinfo, int keyarg,
+								const char *policy);
 extern void pklimit_policy_count(const PklimitPolicy *policy,
 								 PklimitStatus status, bool limit_allowed,
 								 bool shadowed);
