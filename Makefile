@@ -5,7 +5,7 @@ OBJS = src/pklimit.o src/settings.o src/api.o src/check.o src/key.o \
 	src/queue.o src/shares.o src/registry.o src/worker.o src/entry.o \
 	src/apply.o src/unit.o src/xact.o src/limit.o src/table.o src/store.o \
 	src/purge.o src/stats.o src/statsfuncs.o src/hooks.o src/guards.o \
-	src/cron.o src/citus.o src/policy.o src/calendar.o src/memory/keys.o src/memory/databases.o src/memory/inout.o \
+	src/cron.o src/citus.o src/policy.o src/calendar.o src/lease.o src/memory/keys.o src/memory/databases.o src/memory/inout.o \
 	src/memory/flush.o src/memory/readin.o src/memory/batch.o
 
 EXTENSION = pklimit

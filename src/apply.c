@@ -275,7 +275,9 @@ hold_local_shards(PklimitEntry **entries, int n, PklimitTable *table,
 	for (int j = 0; j < n; j++)
 	{
 		here[j] = false;
-		if (entries[j]->request.nspid == table->nspid)
+		/* leases are in their own table: they go through Citus */
+		if (entries[j]->request.nspid == table->nspid &&
+			!pklimit_op_is_lease(entries[j]->request.kind))
 		{
 			index[m] = j;
 			keys[m++] = entries[j]->request.key;

@@ -1,12 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * guards.c
- *		The guards of pklimit's table and names, run from hooks.c: a GRANT
- *		that would get around the row level security of pklimit's table, or
- *		let a role it applies to read the table's stored keys, is taken back
- *		(the grant guard); to anyone but the table's owner, a statement that
- *		would lock the table against pklimit's writes is refused (the lock
- *		guard); and no object in pklimit's schema may take one of pklimit's
+ *		The guards of pklimit's tables and names, run from hooks.c: a GRANT
+ *		that would get around the row level security of pklimit's tables of
+ *		counts and leases, or let a role it applies to read their stored
+ *		keys, is taken back (the grant guard; the policies' table has its
+ *		own); to anyone but a table's owner, a statement that would lock it
+ *		against pklimit's writes is refused (the lock guard); and no object in pklimit's schema may take one of pklimit's
  *		names (the planted-name guard).  Nothing here records events or
  *		touches the queue or the workers.
  *
@@ -111,14 +111,19 @@ pklimit_extension_namespace(void)
 	return extension_schema(get_extension_oid("pklimit", true));
 }
 
-/* The OID of pklimit's table in the current database, or InvalidOid. */
+/*
+ * pklimit's tables that only its statements write, as their row level
+ * security says: the counts and the leases.
+ */
+static const char *const guarded_tables[] = {"platformkit_limits", "platformkit_leases"};
+
+/* The OID of pklimit's table relname in the current database, or InvalidOid. */
 static Oid
-pklimit_table(void)
+pklimit_table(const char *relname)
 {
 	Oid			nspid = extension_schema(get_extension_oid("pklimit", true));
 
-	return OidIsValid(nspid) ? get_relname_relid("platformkit_limits", nspid) :
-		InvalidOid;
+	return OidIsValid(nspid) ? get_relname_relid(relname, nspid) : InvalidOid;
 }
 
 /* The roles that hold privileges they may not on pklimit's table. */
@@ -277,16 +282,15 @@ guard_policy_grant(void)
 			 errhint("Members of pklimit_admin change policies: grant that role instead.")));
 }
 
-void
-pklimit_guard_grant(void)
+static void
+guard_table_grant(const char *relname)
 {
-	Oid			relid = pklimit_table();
+	Oid			relid = pklimit_table(relname);
 	Oid			owner = InvalidOid;
 	Grantees	grantees;
 	bool		writers;
 	bool		readers;
 
-	guard_policy_grant();
 	if (!OidIsValid(relid) ||
 		!forbidden_grantees(relid, &owner, FORBIDDEN_PRIVILEGES, &grantees))
 		return;
@@ -298,12 +302,14 @@ pklimit_guard_grant(void)
 	if (forbidden_grantees(relid, &owner, FORBIDDEN_PRIVILEGES, &grantees))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("privileges on pklimit's table \"platformkit_limits\" cannot be granted"),
+				 errmsg("privileges on pklimit's table \"%s\" cannot be granted",
+						relname),
 				 errdetail("Only the table's owner may hold %s on it, and SELECT only a role that bypasses row level security.",
 						   FORBIDDEN_PRIVILEGE_NAMES)));
 	ereport(WARNING,
 			(errcode(ERRCODE_WARNING_PRIVILEGE_NOT_GRANTED),
-			 errmsg("privileges on pklimit's table \"platformkit_limits\" were left out of the GRANT"),
+			 errmsg("privileges on pklimit's table \"%s\" were left out of the GRANT",
+					relname),
 			 writers && readers ?
 			 errdetail("Only the table's owner may hold %s on it: they would let another role write or lock the table, or get around its row level security. %s is left out for roles that row level security applies to: it would show them no row, but let them learn which keys are stored.",
 					   FORBIDDEN_PRIVILEGE_NAMES, READ_PRIVILEGE_NAMES) :
@@ -313,6 +319,14 @@ pklimit_guard_grant(void)
 			 errdetail("%s is left out for roles that row level security applies to: it would show them no row, but let them learn which keys are stored.",
 					   READ_PRIVILEGE_NAMES),
 			 errhint("Applications reach the table through pklimit's functions; a role that must read every row needs BYPASSRLS.")));
+}
+
+void
+pklimit_guard_grant(void)
+{
+	guard_policy_grant();
+	for (int i = 0; i < lengthof(guarded_tables); i++)
+		guard_table_grant(guarded_tables[i]);
 }
 
 static Oid
@@ -449,10 +463,10 @@ locked_before_checked(Node *parsetree)
  * an open transaction, or one merely waiting for its turn behind a reader,
  * holds up every pklimit call for as long as it lasts.
  */
-void
-pklimit_guard_table(Node *parsetree)
+static void
+guard_table(Node *parsetree, const char *relname)
 {
-	Oid			table = pklimit_table();
+	Oid			table = pklimit_table(relname);
 	ListCell   *lc;
 
 	if (!OidIsValid(table) || has_privs_of_role(GetUserId(), table_owner(table)))
@@ -466,7 +480,8 @@ pklimit_guard_table(Node *parsetree)
 			if (OidIsValid(relid) && locks_table(relid, table))
 				ereport(ERROR,
 						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-						 errmsg("only the owner of pklimit's table \"platformkit_limits\" can lock it"),
+						 errmsg("only the owner of pklimit's table \"%s\" can lock it",
+								relname),
 						 errdetail("A lock on the table would hold up every pklimit call for as long as it is held."),
 						 relid != table ? errhint("Locking view \"%s\" locks the table.", get_rel_name(relid)) : 0));
 		}
@@ -481,10 +496,17 @@ pklimit_guard_table(Node *parsetree)
 		if (relid == table)
 			ereport(ERROR,
 					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("only the owner of pklimit's table \"platformkit_limits\" can name it in %s",
-							GetCommandTagName(CreateCommandTag(parsetree))),
+					 errmsg("only the owner of pklimit's table \"%s\" can name it in %s",
+							relname, GetCommandTagName(CreateCommandTag(parsetree))),
 					 errdetail("PostgreSQL locks the table before it checks privileges for this statement, and a lock waiting for its turn would hold up every pklimit call.")));
 	}
+}
+
+void
+pklimit_guard_table(Node *parsetree)
+{
+	for (int i = 0; i < lengthof(guarded_tables); i++)
+		guard_table(parsetree, guarded_tables[i]);
 }
 
 /* Is this a GRANT on tables or columns? */

@@ -287,19 +287,13 @@ relation_owner(Oid relid)
 }
 
 /*
- * Run as the policy table's owner, as a restricted operation, with
+ * Run as the owner of relation relid, as a restricted operation, with
  * search_path pg_catalog, pg_temp: nothing a caller planted in a schema of
- * its search_path runs with the owner's rights.  as_owner_end() undoes it.
+ * its search_path runs with the owner's rights.  pklimit_as_owner_end()
+ * undoes it.
  */
-typedef struct AsOwner
-{
-	Oid			userid;
-	int			sec_context;
-	int			nestlevel;
-} AsOwner;
-
-static void
-as_owner_begin(Oid relid, AsOwner *saved)
+void
+pklimit_as_owner_begin(Oid relid, PklimitAsOwner *saved)
 {
 	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
 	SetUserIdAndSecContext(relation_owner(relid),
@@ -311,8 +305,8 @@ as_owner_begin(Oid relid, AsOwner *saved)
 							 true, 0, false);
 }
 
-static void
-as_owner_end(const AsOwner *saved)
+void
+pklimit_as_owner_end(const PklimitAsOwner *saved)
 {
 	AtEOXact_GUC(true, saved->nestlevel);
 	SetUserIdAndSecContext(saved->userid, saved->sec_context);
@@ -394,7 +388,7 @@ read_rows(Oid relid, Oid nspid, const char *name, const char *tenant,
 		  PolicyRow *row, PolicyRow *default_row)
 {
 	MemoryContext context = CurrentMemoryContext;
-	AsOwner		owner;
+	PklimitAsOwner owner;
 	Oid			types[2] = {TEXTOID, TEXTOID};
 	Datum		values[2];
 	SPIPlanPtr	plan;
@@ -402,7 +396,7 @@ read_rows(Oid relid, Oid nspid, const char *name, const char *tenant,
 
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(tenant ? tenant : "");
-	as_owner_begin(relid, &owner);
+	pklimit_as_owner_begin(relid, &owner);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	plan = SPI_prepare(psprintf("SELECT tenant, max_count, \"window\", algorithm, cost,"
@@ -433,7 +427,7 @@ read_rows(Oid relid, Oid nspid, const char *name, const char *tenant,
 	if (OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)))
 		(void) citus_shard(relid, nspid, &cache_shard_relid);
 	SPI_finish();
-	as_owner_end(&owner);
+	pklimit_as_owner_end(&owner);
 }
 
 /*
@@ -836,7 +830,7 @@ pklimit_policy_rows(PG_FUNCTION_ARGS)
 	const char *tenant = GetConfigOption("platformkit.tenant", true, false);
 	Oid			admin = get_role_oid("pklimit_admin", true);
 	bool		every_row;
-	AsOwner		owner;
+	PklimitAsOwner owner;
 	Oid			argtype = TEXTOID;
 	Datum		arg;
 
@@ -851,7 +845,7 @@ pklimit_policy_rows(PG_FUNCTION_ARGS)
 				 errhint("Update pklimit: ALTER EXTENSION pklimit UPDATE.")));
 	InitMaterializedSRF(fcinfo, 0);
 	arg = CStringGetTextDatum(tenant);
-	as_owner_begin(relid, &owner);
+	pklimit_as_owner_begin(relid, &owner);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SPI_execute_with_args(psprintf("SELECT name,"
@@ -876,6 +870,6 @@ pklimit_policy_rows(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	SPI_finish();
-	as_owner_end(&owner);
+	pklimit_as_owner_end(&owner);
 	return (Datum) 0;
 }

@@ -38,6 +38,17 @@ typedef struct PklimitPolicy
 	PklimitPolicyStats *stats;	/* its row's counters; NULL: not tracked */
 } PklimitPolicy;
 
+/* A caller's role while it runs as a table's owner (policy.c). */
+typedef struct PklimitAsOwner
+{
+	Oid			userid;
+	int			sec_context;
+	int			nestlevel;
+} PklimitAsOwner;
+
+extern void pklimit_as_owner_begin(Oid relid, PklimitAsOwner *saved);
+extern void pklimit_as_owner_end(const PklimitAsOwner *saved);
+
 extern void pklimit_policy_get(Oid nspid, const char *name,
 							   PklimitPolicy *policy);
 extern char *pklimit_policy_name_value(FunctionCallInfo fcinfo, int argno);

@@ -264,6 +264,9 @@ delete_batch(PklimitSession *session, MemoryContext memory_context,
 		pklimit_timer_start(PURGE_SLICE_MS);
 		deleted = pklimit_store_purge(&table, r->cutoff, purge.batch,
 									  &purge.from);
+		/* then the leases, with what is left of the batch */
+		deleted += pklimit_store_lease_purge(&table, r->cutoff,
+											 purge.batch - deleted);
 		pklimit_timer_stop();
 		pklimit_restore_user(&worker);
 		(void) pklimit_commit_transaction();

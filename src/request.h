@@ -14,6 +14,8 @@
 #ifndef PKLIMIT_REQUEST_H
 #define PKLIMIT_REQUEST_H
 
+#include "utils/uuid.h"
+
 #include "limit.h"
 
 /* Longest stored key kept readable; longer ones are stored as a digest. */
@@ -33,6 +35,11 @@ typedef enum PklimitOpKind
 	PKLIMIT_OP_COUNT,			/* read the count of the open window */
 	PKLIMIT_OP_FORGET,			/* delete the key's row */
 	PKLIMIT_OP_DECREMENT,		/* take events back from the key's open state */
+	PKLIMIT_OP_ACQUIRE,			/* take a lease if fewer than max_count are
+								 * live (lease.c): the key's row of
+								 * platformkit_leases, locked */
+	PKLIMIT_OP_RELEASE,			/* free a lease */
+	PKLIMIT_OP_RENEW,			/* extend a live lease */
 	PKLIMIT_OP_PURGE			/* delete rows whose window ended before
 								 * cutoff */
 } PklimitOpKind;
@@ -61,10 +68,21 @@ pklimit_op_rules(PklimitOpKind kind)
 		[PKLIMIT_OP_COUNT] = {false, false, true},
 		[PKLIMIT_OP_FORGET] = {true, false, true},
 		[PKLIMIT_OP_DECREMENT] = {true, false, true},
+		[PKLIMIT_OP_ACQUIRE] = {true, false, true},
+		[PKLIMIT_OP_RELEASE] = {true, false, true},
+		[PKLIMIT_OP_RENEW] = {true, false, true},
 		[PKLIMIT_OP_PURGE] = {true, false, false},
 	};
 
 	return rules[kind];
+}
+
+/* An operation on a key's leases (platformkit_leases), not its count? */
+static inline bool
+pklimit_op_is_lease(PklimitOpKind kind)
+{
+	return kind == PKLIMIT_OP_ACQUIRE || kind == PKLIMIT_OP_RELEASE ||
+		kind == PKLIMIT_OP_RENEW;
 }
 
 /* Why an operation was not applied; PKLIMIT_OK when it was. */
@@ -97,6 +115,10 @@ typedef struct PklimitRequest
 	bool		track_stats;	/* its events count in pklimit_stats */
 	TimestampTz deadline;		/* the caller stops waiting at this moment */
 	TimestampTz cutoff;			/* for a purge */
+	pg_uuid_t	token;			/* for a lease: the token it gives or names;
+								 * call.max_count is max_concurrent and
+								 * call.window_usec the lease (0: a renewal by
+								 * the lease's own length) */
 	char		key[PKLIMIT_MAX_READABLE_KEY + 1];	/* stored key */
 } PklimitRequest;
 

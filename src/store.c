@@ -34,6 +34,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "lease.h"
 #include "store.h"
 
 /* True only while this file's statements run: the RLS predicate. */
@@ -53,6 +54,7 @@ typedef struct Statement
 	const char *rules;			/* the hit's SET list (limit.c) */
 	int			cursor_options; /* CURSOR_OPT_CUSTOM_PLAN: planned each run */
 	SPIPlanPtr	plan;			/* prepared once per schema, kept */
+	const char *relname;		/* its table: NULL, platformkit_limits */
 } Statement;
 
 typedef enum StatementId
@@ -68,6 +70,11 @@ typedef enum StatementId
 	STMT_FLUSH,
 	STMT_FLUSH_IF_SYNCED,
 	STMT_READ_MANY,
+	STMT_LEASE_READ,
+	STMT_LEASE_WRITE,
+	STMT_LEASE_CREATE,
+	STMT_LEASE_DELETE,
+	STMT_LEASE_PURGE,
 	NUM_STATEMENTS
 } StatementId;
 
@@ -256,6 +263,38 @@ typedef enum StatementId
 #define READ_MANY_SQL \
 	"SELECT " ROW_COLUMNS_3 ", l.key FROM %1$s l" \
 	" WHERE l.key OPERATOR(pg_catalog.=) ANY ($1)"
+/*
+ * A key's leases (lease.c), in platformkit_leases, on the table of 0.4.0:
+ * read and locked, written whole over the row read, created (nothing if
+ * another node's worker created it since: the call then reads and locks
+ * that row), deleted when its last lease ends.  The purge deletes by key
+ * (a ctid names a row only within one shard on Citus) the rows whose last
+ * lease ended before its cutoff, and only while still so.
+ */
+#define LEASE_TABLE "platformkit_leases"
+#define LEASE_READ_SQL \
+	"SELECT l.tokens, l.acquired_at, l.expires_at, l.leases, l.max_concurrent" \
+	" FROM %1$s l WHERE l.key OPERATOR(pg_catalog.=) $1 FOR UPDATE OF l"
+#define LEASE_WRITE_SQL \
+	"UPDATE %1$s AS l SET tokens = $2, acquired_at = $3, expires_at = $4," \
+	" leases = $5, max_concurrent = $6, updated_at = $7, held_until = $8" \
+	" WHERE l.key OPERATOR(pg_catalog.=) $1"
+#define LEASE_CREATE_SQL \
+	"INSERT INTO %1$s AS l (key, tokens, acquired_at, expires_at, leases," \
+	" max_concurrent, updated_at, held_until)" \
+	" VALUES ($1, $2, $3, $4, $5, $6, $7, $8)" \
+	" ON CONFLICT (key) DO NOTHING RETURNING l.key"
+#define LEASE_PURGE_SQL \
+	"WITH d AS (DELETE FROM %1$s l" \
+	" WHERE l.key OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+	"  SELECT e.key FROM %1$s e" \
+	"  WHERE e.held_until OPERATOR(pg_catalog.<) $1" \
+	"  ORDER BY e.held_until LIMIT $2))" \
+	" AND l.held_until OPERATOR(pg_catalog.<) $1 RETURNING l.key)" \
+	" SELECT pg_catalog.count(*) FROM d"
+#define LEASE_ARGS {TEXTOID, UUIDARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, \
+	INTERVALARRAYOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+
 #define FLUSH_ARGS {TEXTARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT8ARRAYOID, \
 	TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, \
 	TIMESTAMPTZARRAYOID}
@@ -313,6 +352,13 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 		[STMT_FLUSH_IF_SYNCED] = {FLUSH_IF_SYNCED_SQL, 12, FLUSH_IF_SYNCED_ARGS, false},
 		[STMT_READ_MANY] = {READ_MANY_SQL, 1, {TEXTARRAYOID}, false, NULL,
 		CURSOR_OPT_CUSTOM_PLAN},
+		[STMT_LEASE_READ] = {LEASE_READ_SQL, 1, {TEXTOID},.relname = LEASE_TABLE},
+		[STMT_LEASE_WRITE] = {LEASE_WRITE_SQL, 8, LEASE_ARGS,.relname = LEASE_TABLE},
+		[STMT_LEASE_CREATE] = {LEASE_CREATE_SQL, 8, LEASE_ARGS,.relname = LEASE_TABLE},
+		[STMT_LEASE_DELETE] = {"DELETE FROM %1$s l WHERE l.key OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID},.relname = LEASE_TABLE},
+		[STMT_LEASE_PURGE] = {LEASE_PURGE_SQL, 2, {TIMESTAMPTZOID, INT8OID},
+		.relname = LEASE_TABLE},
 	},
 };
 
@@ -468,8 +514,9 @@ get_plan(const PklimitTable *table, StatementId id, const PklimitShard *shard)
 		return get_shard_plan(table, id, shard);
 	if (stmt->plan == NULL)
 		stmt->plan = prepare(stmt,
-							 psprintf("%s.platformkit_limits",
-									  quote_identifier(plans_nspname)));
+							 psprintf("%s.%s", quote_identifier(plans_nspname),
+									  stmt->relname ? stmt->relname :
+									  "platformkit_limits"));
 	return stmt->plan;
 }
 
@@ -508,7 +555,7 @@ run(const PklimitTable *table, StatementId id, Datum *values, const char *nulls)
 {
 	const PklimitShard *shard = NULL;
 
-	if (table->direct &&
+	if (table->direct && statements[table->version - 1][id].relname == NULL &&
 		statements[table->version - 1][id].argtypes[0] == TEXTOID)
 	{
 		char	   *key = TextDatumGetCString(values[0]);
@@ -840,6 +887,175 @@ pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff, int64 limit,
 						 &isnull);
 	if (!isnull)
 		*from = DatumGetTimestampTz(last);
+	SPI_freetuptable(SPI_tuptable);
+	return deleted;
+}
+
+/* The elements of array column col of result row 0, n of them, no NULL. */
+static Datum *
+lease_column(int col, Oid type, int *n)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+								  col, &isnull);
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	Datum	   *elements;
+	bool	   *nulls;
+
+	if (isnull)
+		*n = -1;
+	else
+	{
+		get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
+		deconstruct_array(DatumGetArrayTypeP(d), type, typlen, typbyval,
+						  typalign, &elements, &nulls, n);
+		for (int i = 0; i < *n; i++)
+			if (nulls[i])
+				*n = -1;
+	}
+	if (*n < 0 || *n > PKLIMIT_LEASES_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("pklimit's leases row has a column that is not pklimit's"),
+				 errhint("Only pklimit writes platformkit_leases.")));
+	return elements;
+}
+
+/*
+ * The leases of stored_key, locked for the rest of the transaction.
+ * Returns false, and row->exists false, if it has no row.
+ */
+bool
+pklimit_store_lease_read(const PklimitTable *table, const char *stored_key,
+						 PklimitLeaseRow *row)
+{
+	Datum		values[1];
+	int			rc;
+
+	(void) pklimit_table_leases(table, false);
+	row->exists = false;
+	row->n = 0;
+	row->max_concurrent = 0;
+	values[0] = CStringGetTextDatum(stored_key);
+	rc = run(table, STMT_LEASE_READ, values, NULL);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "pklimit: reading leases returned %d", rc);
+	if (SPI_processed == 1)
+	{
+		int			n[4];
+		Datum	   *tokens = lease_column(1, UUIDOID, &n[0]);
+		Datum	   *acquired = lease_column(2, TIMESTAMPTZOID, &n[1]);
+		Datum	   *expires = lease_column(3, TIMESTAMPTZOID, &n[2]);
+		Datum	   *leases = lease_column(4, INTERVALOID, &n[3]);
+
+		if (n[1] != n[0] || n[2] != n[0] || n[3] != n[0])
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("pklimit's leases row has arrays of different lengths"),
+					 errhint("Only pklimit writes platformkit_leases.")));
+		row->exists = true;
+		row->n = n[0];
+		row->max_concurrent = DatumGetInt64(get_col(0, 5));
+		for (int i = 0; i < row->n; i++)
+		{
+			PklimitLease *l = &row->leases[i];
+			Interval   *lease = DatumGetIntervalP(leases[i]);
+
+			l->token = *DatumGetUUIDP(tokens[i]);
+			l->acquired_at = DatumGetTimestampTz(acquired[i]);
+			l->expires_at = DatumGetTimestampTz(expires[i]);
+			l->lease_usec = lease->time + lease->day * USECS_PER_DAY;
+		}
+	}
+	SPI_freetuptable(SPI_tuptable);
+	return row->exists;
+}
+
+/*
+ * Write the leases of stored_key as a call left them, at now: over the row
+ * read, as a new row, or, with no lease left, by deleting it.  Returns
+ * false if a new row met one another writer created since the read
+ * (nothing written).
+ */
+bool
+pklimit_store_lease_write(const PklimitTable *table, const char *stored_key,
+						  const PklimitLeaseRow *row, TimestampTz now)
+{
+	Datum		values[8];
+	Datum	   *tokens;
+	Datum	   *acquired;
+	Datum	   *expires;
+	Datum	   *leases;
+	bool	   *nulls;
+	int			rc;
+
+	values[0] = CStringGetTextDatum(stored_key);
+	if (row->n == 0)
+	{
+		if (row->exists &&
+			(rc = run(table, STMT_LEASE_DELETE, values, NULL)) != SPI_OK_DELETE)
+			elog(ERROR, "pklimit: deleting leases returned %d", rc);
+		return true;
+	}
+	tokens = palloc(sizeof(Datum) * row->n);
+	acquired = palloc(sizeof(Datum) * row->n);
+	expires = palloc(sizeof(Datum) * row->n);
+	leases = palloc(sizeof(Datum) * row->n);
+	nulls = palloc0(sizeof(bool) * row->n);
+	for (int i = 0; i < row->n; i++)
+	{
+		const PklimitLease *l = &row->leases[i];
+		Interval   *lease = palloc0(sizeof(Interval));
+
+		lease->time = l->lease_usec;
+		tokens[i] = UUIDPGetDatum(&l->token);
+		acquired[i] = TimestampTzGetDatum(l->acquired_at);
+		expires[i] = TimestampTzGetDatum(l->expires_at);
+		leases[i] = IntervalPGetDatum(lease);
+	}
+	values[1] = array_datum(tokens, nulls, row->n, UUIDOID);
+	values[2] = array_datum(acquired, nulls, row->n, TIMESTAMPTZOID);
+	values[3] = array_datum(expires, nulls, row->n, TIMESTAMPTZOID);
+	values[4] = array_datum(leases, nulls, row->n, INTERVALOID);
+	values[5] = Int64GetDatum(row->max_concurrent);
+	values[6] = TimestampTzGetDatum(now);
+	values[7] = TimestampTzGetDatum(pklimit_lease_held_until(row));
+	if (row->exists)
+	{
+		rc = run(table, STMT_LEASE_WRITE, values, NULL);
+		if (rc != SPI_OK_UPDATE || SPI_processed != 1)
+			elog(ERROR, "pklimit: writing leases returned %d", rc);
+		return true;
+	}
+	rc = run(table, STMT_LEASE_CREATE, values, NULL);
+	if (rc != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "pklimit: creating leases returned %d", rc);
+	return SPI_processed == 1;
+}
+
+/*
+ * One batch of the purge of leases: at most limit rows whose last lease
+ * ended before cutoff deleted.  Returns the rows deleted (0 in a database
+ * at 0.3.0, which has no leases).
+ */
+int64
+pklimit_store_lease_purge(const PklimitTable *table, TimestampTz cutoff,
+						  int64 limit)
+{
+	Datum		values[2];
+	int			rc;
+	int64		deleted;
+
+	if (limit <= 0 || !OidIsValid(pklimit_table_leases(table, true)))
+		return 0;
+	values[0] = TimestampTzGetDatum(cutoff);
+	values[1] = Int64GetDatum(limit);
+	rc = run(table, STMT_LEASE_PURGE, values, NULL);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "pklimit: purge of leases returned %d", rc);
+	deleted = DatumGetInt64(get_col(0, 1));
 	SPI_freetuptable(SPI_tuptable);
 	return deleted;
 }

@@ -54,6 +54,7 @@ typedef struct PklimitTable
 
 /* table.c */
 extern void pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table);
+extern Oid	pklimit_table_leases(const PklimitTable *table, bool missing_ok);
 extern bool pklimit_table_free(Oid nspid);
 extern bool pklimit_table_oldest_end(Oid nspid, TimestampTz *oldest,
 									 bool *found);
@@ -92,6 +93,18 @@ extern void pklimit_store_flush(const PklimitTable *table,
 								bool *written);
 extern int64 pklimit_store_purge(const PklimitTable *table, TimestampTz cutoff,
 								 int64 limit, TimestampTz *from);
+
+/* store.c: a key's leases (lease.h) */
+struct PklimitLeaseRow;
+extern bool pklimit_store_lease_read(const PklimitTable *table,
+									 const char *stored_key,
+									 struct PklimitLeaseRow *row);
+extern bool pklimit_store_lease_write(const PklimitTable *table,
+									  const char *stored_key,
+									  const struct PklimitLeaseRow *row,
+									  TimestampTz now);
+extern int64 pklimit_store_lease_purge(const PklimitTable *table,
+									   TimestampTz cutoff, int64 limit);
 
 /* True only while store.c's statements run: the RLS predicate. */
 extern bool pklimit_in_system;

@@ -2,8 +2,8 @@
  *
  * table.c
  *		pklimit's table as the worker and the purge find it: the extension's
- *		own platformkit_limits in the functions' schema, with no trigger or
- *		rule, its version, whether Citus has it (and then an owner that
+ *		own platformkit_limits in the functions' schema (and its
+ *		platformkit_leases, for leases), with no trigger or rule, its version, whether Citus has it (and then an owner that
  *		bypasses row level security), whether another transaction locks it
  *		whole, and the oldest end its purge index holds.  Reads the catalogs
  *		only; the statements on the table are store.c's.
@@ -38,17 +38,19 @@
 
 /*
  * Is relid a table of Citus's (distributed, reference or local in its
- * metadata)?  Known until the relation changes (Citus invalidates it when it
- * takes a table in or lets it go).
+ * metadata)?  Known, for the counts' table [0] and the leases' [1], until
+ * the relation changes (Citus invalidates it when it takes a table in or
+ * lets it go).
  */
-static Oid	citus_checked_relid = InvalidOid;
-static bool citus_checked_answer = false;
+static Oid	citus_checked_relid[2] = {InvalidOid, InvalidOid};
+static bool citus_checked_answer[2] = {false, false};
 
 static void
 relation_changed(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == citus_checked_relid)
-		citus_checked_relid = InvalidOid;
+	for (int i = 0; i < 2; i++)
+		if (relid == InvalidOid || relid == citus_checked_relid[i])
+			citus_checked_relid[i] = InvalidOid;
 }
 
 /* Does Citus's metadata name relid?  In an SPI connection. */
@@ -67,7 +69,7 @@ in_citus_metadata(Oid relid)
 }
 
 static bool
-is_citus_table(Oid relid, bool on_citus)
+is_citus_table(Oid relid, bool on_citus, int slot)
 {
 	static bool callback_registered = false;
 
@@ -78,44 +80,120 @@ is_citus_table(Oid relid, bool on_citus)
 		CacheRegisterRelcacheCallback(relation_changed, (Datum) 0);
 		callback_registered = true;
 	}
-	if (relid == citus_checked_relid)
-		return citus_checked_answer;
-	citus_checked_answer = in_citus_metadata(relid);
-	citus_checked_relid = relid;
-	return citus_checked_answer;
+	if (relid == citus_checked_relid[slot])
+		return citus_checked_answer[slot];
+	citus_checked_answer[slot] = in_citus_metadata(relid);
+	citus_checked_relid[slot] = relid;
+	return citus_checked_answer[slot];
 }
 
 /*
- * pklimit's table in schema nspid, for one transaction: its owner, whom
- * pklimit's statements run as (so its privileges and row level security
- * apply to them as to any other statement), its version and whether Citus
- * has it (on_citus: Citus is loaded).  Raises an error unless the table is
- * the extension's own and has no trigger or rule, and, on Citus, an owner
- * that bypasses row level security.
- */
-/*
- * platformkit_limits in schema nspid if it is the extension's own, else
- * InvalidOid: never a table of that name someone else created.
+ * Table relname in schema nspid if it is the extension's own, else
+ * InvalidOid: never a table of that name someone else created.  *checked
+ * remembers the last one found to be.
  */
 static Oid
-own_table(Oid nspid)
+own_table(Oid nspid, const char *relname, Oid *checked)
 {
-	static Oid	checked_relid = InvalidOid; /* known to be the extension's */
-	Oid			relid = get_relname_relid("platformkit_limits", nspid);
+	Oid			relid = get_relname_relid(relname, nspid);
 
-	if (!OidIsValid(relid) || relid == checked_relid)
+	if (!OidIsValid(relid) || relid == *checked)
 		return relid;
 	if (getExtensionOfObject(RelationRelationId, relid) !=
 		get_extension_oid("pklimit", true))
 		return InvalidOid;
-	checked_relid = relid;
+	*checked = relid;
+	return relid;
+}
+
+/*
+ * A trigger or rule on one of pklimit's tables (a foreign key referencing
+ * it makes triggers too) would run inside pklimit's statements, as the
+ * owner and with the row level security predicate true: refused.  A
+ * trigger on TRUNCATE only (Citus puts one on its tables) never fires in
+ * them: pklimit does not truncate.  relhastriggers can stay set after the
+ * last trigger is dropped, so the relation has the word.
+ */
+static void
+refuse_triggers(Oid relid, const char *relname, bool has_triggers,
+				bool has_rules)
+{
+	Relation	rel;
+
+	if (!has_triggers && !has_rules)
+		return;
+	rel = table_open(relid, AccessShareLock);
+	has_triggers = false;
+	for (int i = 0; rel->trigdesc && i < rel->trigdesc->numtriggers; i++)
+		has_triggers |= (rel->trigdesc->triggers[i].tgtype &
+						 (TRIGGER_TYPE_INSERT | TRIGGER_TYPE_DELETE |
+						  TRIGGER_TYPE_UPDATE)) != 0;
+	has_rules = (rel->rd_rules != NULL);
+	table_close(rel, AccessShareLock);
+	if (has_triggers || has_rules)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pklimit refuses to write table \"%s\" because it has %s",
+						relname, has_triggers ? "triggers" : "rules"),
+				 errdetail("Triggers, foreign keys referencing the table and rules would run with the table owner's privileges."),
+				 errhint("Drop them; pklimit's table must have none.")));
+}
+
+/*
+ * The leases table (platformkit_leases) of table's schema, checked as
+ * pklimit_table_open() checks platformkit_limits, for a statement on it,
+ * and on Citus distributed too.  If there is none that is the extension's
+ * own (a database at 0.3.0): InvalidOid if missing_ok (the purge), else an
+ * error.
+ */
+Oid
+pklimit_table_leases(const PklimitTable *table, bool missing_ok)
+{
+	static Oid	checked_relid = InvalidOid;
+	Oid			relid = own_table(table->nspid, "platformkit_leases",
+								  &checked_relid);
+	HeapTuple	tuple;
+	bool		has_triggers;
+	bool		has_rules;
+
+	if (!OidIsValid(relid) && missing_ok)
+		return InvalidOid;
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("pklimit table \"platformkit_leases\" does not exist"),
+				 errdetail("The schema of pklimit's functions has no table platformkit_leases that belongs to the extension.")));
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	has_triggers = ((Form_pg_class) GETSTRUCT(tuple))->relhastriggers;
+	has_rules = ((Form_pg_class) GETSTRUCT(tuple))->relhasrules;
+	if (((Form_pg_class) GETSTRUCT(tuple))->relowner != table->owner)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pklimit refuses to write table \"platformkit_leases\" owned by another role than \"platformkit_limits\""),
+				 errhint("Give both tables to the same role with ALTER TABLE ... OWNER TO.")));
+	ReleaseSysCache(tuple);
+	refuse_triggers(relid, "platformkit_leases", has_triggers, has_rules);
+
+	/*
+	 * Kept on each node alone, a key's leases would be counted per node (the
+	 * purge may still delete a node's expired ones).
+	 */
+	if (!missing_ok && table->citus && !is_citus_table(relid, true, 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pklimit's table \"platformkit_leases\" is not distributed like \"platformkit_limits\""),
+				 errdetail("Each node would keep leases of its own, and a key could hold max_concurrent leases on every node."),
+				 errhint("On the coordinator: SELECT create_distributed_table('platformkit_leases', 'key', colocate_with => 'platformkit_limits');")));
 	return relid;
 }
 
 void
 pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table)
 {
-	Oid			relid = own_table(nspid);
+	static Oid	checked_relid = InvalidOid;
+	Oid			relid = own_table(nspid, "platformkit_limits", &checked_relid);
 	HeapTuple	tuple;
 	bool		has_triggers;
 	bool		has_rules;
@@ -140,33 +218,7 @@ pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table)
 		 get_attnum(relid, "expires_at") != InvalidAttrNumber) ? 3 :
 		(get_attnum(relid, "blocked_until") != InvalidAttrNumber) ? 2 : 1;
 
-	/*
-	 * A trigger or rule on the table (a foreign key referencing it makes
-	 * triggers too) would run inside pklimit's statements, as the owner and
-	 * with the row level security predicate true.  A trigger on TRUNCATE only
-	 * (Citus puts one on its tables) never fires in them: pklimit does not
-	 * truncate.  relhastriggers can stay set after the last trigger is
-	 * dropped, so the relation has the word.
-	 */
-	if (has_triggers || has_rules)
-	{
-		Relation	rel = table_open(relid, AccessShareLock);
-
-		has_triggers = false;
-		for (int i = 0; rel->trigdesc && i < rel->trigdesc->numtriggers; i++)
-			has_triggers |= (rel->trigdesc->triggers[i].tgtype &
-							 (TRIGGER_TYPE_INSERT | TRIGGER_TYPE_DELETE |
-							  TRIGGER_TYPE_UPDATE)) != 0;
-		has_rules = (rel->rd_rules != NULL);
-		table_close(rel, AccessShareLock);
-		if (has_triggers || has_rules)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("pklimit refuses to write table \"platformkit_limits\" because it has %s",
-							has_triggers ? "triggers" : "rules"),
-					 errdetail("Triggers, foreign keys referencing the table and rules would run with the table owner's privileges."),
-					 errhint("Drop them; pklimit's table must have none.")));
-	}
+	refuse_triggers(relid, "platformkit_limits", has_triggers, has_rules);
 
 	/* Citus takes a table in under this lock, so the answer is current */
 	if (on_citus)
@@ -178,7 +230,7 @@ pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table)
 	 * statements is not set: only an owner that bypasses row level security
 	 * sees the rows there, and any other would count from nothing.
 	 */
-	table->citus = is_citus_table(relid, on_citus);
+	table->citus = is_citus_table(relid, on_citus, 0);
 	table->shards = NULL;
 	table->direct = false;
 	if (!table->citus)
@@ -260,7 +312,8 @@ purge_index(Oid nspid, Oid relid)
 bool
 pklimit_table_oldest_end(Oid nspid, TimestampTz *oldest, bool *found)
 {
-	Oid			relid = own_table(nspid);
+	static Oid	checked_relid = InvalidOid;
+	Oid			relid = own_table(nspid, "platformkit_limits", &checked_relid);
 	Oid			indexid;
 	bool		on_citus;
 	Relation	rel;

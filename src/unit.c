@@ -15,6 +15,7 @@
 #include "common/int.h"
 #include "utils/timestamp.h"
 
+#include "lease.h"
 #include "worker.h"
 
 /* The entries of unit u, in the order they arrived. */
@@ -225,6 +226,51 @@ apply_decrement(PklimitEntry *e, const PklimitTable *table)
 }
 
 /*
+ * An acquire, a release or a renewal of a lease (lease.c) on the key's
+ * locked row of platformkit_leases.  A new row that another node's worker
+ * created meanwhile (on Citus) is read, locked and decided on again.
+ */
+static void
+apply_lease(PklimitEntry *e, const PklimitTable *table)
+{
+	const PklimitRequest *r = &e->request;
+	PklimitLeaseRow *row = palloc(sizeof(PklimitLeaseRow));
+	PklimitResult result;
+
+	for (int tries = 0;; tries++)
+	{
+		TimestampTz now;
+		bool		changed = false;
+
+		(void) pklimit_store_lease_read(table, r->key, row);
+		now = GetCurrentTimestamp();
+		switch (r->kind)
+		{
+			case PKLIMIT_OP_ACQUIRE:
+				changed = pklimit_lease_acquire(row, r->call.max_count,
+												r->call.window_usec, &r->token,
+												now, &result);
+				break;
+			case PKLIMIT_OP_RELEASE:
+				changed = pklimit_lease_release(row, &r->token, now, &result);
+				break;
+			case PKLIMIT_OP_RENEW:
+				changed = pklimit_lease_renew(row, &r->token, r->call.window_usec,
+											  now, &result);
+				break;
+			default:
+				elog(ERROR, "pklimit: request %d is not a lease's", r->kind);
+		}
+		if (!changed || pklimit_store_lease_write(table, r->key, row, now))
+			break;
+		if (tries > 0)
+			elog(ERROR, "pklimit: the leases of a key were created twice");
+	}
+	answer_applied(e, &result);
+	pfree(row);
+}
+
+/*
  * Apply unit u of the n entries, whose head's request says what it is, and
  * answer its entries.  Before each statement, *running is set to the request
  * it runs for: a lock timeout it raises is put down to that request's key
@@ -262,6 +308,11 @@ pklimit_apply_unit(PklimitEntry **entries, int n, int u,
 			break;
 		case PKLIMIT_OP_DECREMENT:
 			apply_decrement(members[0], table);
+			break;
+		case PKLIMIT_OP_ACQUIRE:
+		case PKLIMIT_OP_RELEASE:
+		case PKLIMIT_OP_RENEW:
+			apply_lease(members[0], table);
 			break;
 		case PKLIMIT_OP_PURGE:
 			elog(ERROR, "pklimit: a purge is not a unit of a batch");

@@ -113,6 +113,9 @@ look_up_call(PklimitEntry **entries, int first, int n, Leaving *leaving,
 	int			m = 0;
 	MemoryOutcome outcome;
 
+	/* a key's leases are in a table of their own, never in memory */
+	if (pklimit_op_is_lease(entries[first]->request.kind))
+		return 1;
 	pklimit_foreach_in_group(k, first, n, ENTRY_GROUP)
 	{
 		if (m < PKLIMIT_GROUP_MAX)

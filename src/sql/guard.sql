@@ -25,7 +25,9 @@ BEGIN
 				'platformkit_limit_policies', 'platformkit_limit_policies_pkey',
 				'pklimit_policies', 'pklimit_policies_changed', 'pklimit_policy_set',
 				'pklimit_policy_drop', 'pklimit_policy_stats', 'pklimit_window',
-				'pklimit_policy_rows']::pg_catalog.name[]),
+				'pklimit_policy_rows', 'platformkit_leases', 'platformkit_leases_pkey',
+				'platformkit_leases_purge_idx', 'pklimit_acquire', 'pklimit_acquire_check',
+				'pklimit_release', 'pklimit_renew', 'pklimit_leases']::pg_catalog.name[]),
 	members AS (
 		SELECT d.classid, d.objid FROM pg_catalog.pg_depend d
 		 WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass

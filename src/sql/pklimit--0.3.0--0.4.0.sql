@@ -25,7 +25,12 @@ SELECT pg_catalog.set_config('pklimit_update.replaced',
 		'pklimit_count=@extschema@.pklimit_count(pg_catalog.text);'
 		'pklimit_forget=@extschema@.pklimit_forget(pg_catalog.text);'
 		'pklimit_decrement=@extschema@.pklimit_decrement(pg_catalog.text, pg_catalog.int8, pg_catalog.bool);'
-		'pklimit_policy_stats=@extschema@.pklimit_stats()',
+		'pklimit_policy_stats=@extschema@.pklimit_stats();'
+		'pklimit_acquire=@extschema@.pklimit_count(pg_catalog.text);'
+		'pklimit_acquire_check=@extschema@.pklimit_count(pg_catalog.text);'
+		'pklimit_release=@extschema@.pklimit_count(pg_catalog.text);'
+		'pklimit_renew=@extschema@.pklimit_count(pg_catalog.text);'
+		'pklimit_leases=@extschema@.pklimit_count(pg_catalog.text)',
 		true);
 
 --@include replace_begin.sql
@@ -463,6 +468,140 @@ LANGUAGE C STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION @extschema@.pklimit_window(pg_catalog.interval, pg_catalog.text, pg_catalog.timestamptz) IS
 'The fixed window (anchor epoch) of length window that holds at (default now()): aligned to the Unix epoch, or with time_zone the calendar window from local midnight (''1 day'', ''7 days'' from Monday, ''1 month'', ''1 year''), as a call counts in it.';
+
+-- 0.4.0: concurrency limits (docs/leases.md): at most max_concurrent leases
+-- live at once per key.  A key's leases are one row of a table of their own
+-- (so a lease never changes a rate count, nor the reverse), locked by each
+-- call as a rate limit's row is; the leases are parallel arrays, at most
+-- 1,000 of them.  Written only by pklimit's worker, like platformkit_limits.
+CREATE TABLE @extschema@.platformkit_leases (
+	key pg_catalog.text COLLATE "C" PRIMARY KEY,
+	tokens pg_catalog.uuid[] NOT NULL,
+	acquired_at pg_catalog.timestamptz[] NOT NULL,
+	expires_at pg_catalog.timestamptz[] NOT NULL,
+	leases pg_catalog.interval[] NOT NULL,
+	max_concurrent pg_catalog.int8 NOT NULL,
+	updated_at pg_catalog.timestamptz NOT NULL,
+	held_until pg_catalog.timestamptz NOT NULL
+);
+
+-- The purge deletes rows whose last lease ended before its cutoff.
+CREATE INDEX platformkit_leases_purge_idx
+	ON @extschema@.platformkit_leases (held_until);
+
+COMMENT ON TABLE @extschema@.platformkit_leases IS
+'pklimit leases (concurrency limits): one row per stored key, its leases in parallel arrays (at most 1,000), written only by pklimit''s functions. platformkit:tenant-scoping-exempt because the key carries its tenant, as in platformkit_limits.';
+COMMENT ON COLUMN @extschema@.platformkit_leases.key IS
+'Stored key, as in platformkit_limits: g:<key>, t<tenant bytes>:<tenant>:<key>, or h:<hex SHA-256> of either.';
+COMMENT ON COLUMN @extschema@.platformkit_leases.tokens IS
+'The tokens of the leases, each given by pklimit_acquire; a lease is live until its expires_at.';
+COMMENT ON COLUMN @extschema@.platformkit_leases.leases IS
+'The length each lease was acquired with: what pklimit_renew extends it by when given no length.';
+COMMENT ON COLUMN @extschema@.platformkit_leases.max_concurrent IS
+'The last acquire''s max_concurrent.';
+COMMENT ON COLUMN @extschema@.platformkit_leases.held_until IS
+'The latest expires_at: the key holds no live lease from then on, and pklimit_purge measures retention from it.';
+
+ALTER TABLE @extschema@.platformkit_leases ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @extschema@.platformkit_leases FORCE ROW LEVEL SECURITY;
+
+CREATE POLICY platformkit_system ON @extschema@.platformkit_leases
+	USING (@extschema@.platformkit_is_system())
+	WITH CHECK (@extschema@.platformkit_is_system());
+
+DO $do$
+DECLARE
+	grant_ record;
+BEGIN
+	FOR grant_ IN
+		SELECT DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+			   ELSE pg_catalog.quote_ident(r.rolname) END AS grantee
+		  FROM pg_catalog.pg_class c,
+			   pg_catalog.aclexplode(c.relacl) a
+			   LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+		 WHERE c.oid OPERATOR(pg_catalog.=) '@extschema@.platformkit_leases'::pg_catalog.regclass
+		   AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+	LOOP
+		EXECUTE pg_catalog.format('REVOKE ALL ON TABLE @extschema@.platformkit_leases FROM %s',
+			grant_.grantee);
+	END LOOP;
+END
+$do$;
+REVOKE ALL ON @extschema@.platformkit_leases FROM PUBLIC;
+
+-- Live leases are state a restore must keep, as the counts are.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.platformkit_leases', '');
+
+CREATE FUNCTION @extschema@.pklimit_acquire(key pg_catalog.text,
+	max_concurrent pg_catalog.int8, lease pg_catalog.interval)
+RETURNS pg_catalog.uuid
+AS 'MODULE_PATHNAME', 'pklimit_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_acquire(pg_catalog.text, pg_catalog.int8, pg_catalog.interval) IS
+'Takes a lease on key if fewer than max_concurrent (0 to 1000) leases are live on it: returns its token, live for lease unless released or renewed, or NULL when none is free. Recorded at once, whatever becomes of the caller''s transaction; always durable.';
+
+CREATE FUNCTION @extschema@.pklimit_acquire_check(key pg_catalog.text,
+	max_concurrent pg_catalog.int8, lease pg_catalog.interval,
+	OUT token pg_catalog.uuid, OUT held pg_catalog.int8,
+	OUT max_concurrent pg_catalog.int8, OUT retry_after pg_catalog.interval,
+	OUT status pg_catalog.text)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pklimit_acquire_check'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_acquire_check(pg_catalog.text, pg_catalog.int8, pg_catalog.interval) IS
+'The same call as pklimit_acquire, returning token (NULL: none free), held (live leases on the key after the call), max_concurrent, retry_after (until the oldest live lease ends, when refused) and status (ok; shadow or the reason the store was unavailable when token is not a lease).';
+
+CREATE FUNCTION @extschema@.pklimit_acquire(key pg_catalog.text,
+	policy pg_catalog.text)
+RETURNS pg_catalog.uuid
+AS 'MODULE_PATHNAME', 'pklimit_acquire_policy'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_acquire(pg_catalog.text, pg_catalog.text) IS
+'pklimit_acquire with the policy''s max_count as max_concurrent and its window as the lease (its override for the session''s platformkit.tenant, else its default row).';
+
+CREATE FUNCTION @extschema@.pklimit_acquire_check(key pg_catalog.text,
+	policy pg_catalog.text,
+	OUT token pg_catalog.uuid, OUT held pg_catalog.int8,
+	OUT max_concurrent pg_catalog.int8, OUT retry_after pg_catalog.interval,
+	OUT status pg_catalog.text)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pklimit_acquire_check_policy'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_acquire_check(pg_catalog.text, pg_catalog.text) IS
+'pklimit_acquire_check with the policy''s max_count as max_concurrent and its window as the lease; status shadow when a policy in shadow mode refused it.';
+
+CREATE FUNCTION @extschema@.pklimit_release(key pg_catalog.text,
+	token pg_catalog.uuid)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'pklimit_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_release(pg_catalog.text, pg_catalog.uuid) IS
+'Frees the lease token of key: true if it was live and is now freed; false, and nothing changed, for a token that is not a live lease of the key. Recorded at once, whatever becomes of the caller''s transaction.';
+
+CREATE FUNCTION @extschema@.pklimit_renew(key pg_catalog.text,
+	token pg_catalog.uuid, lease pg_catalog.interval DEFAULT NULL)
+RETURNS pg_catalog.bool
+AS 'MODULE_PATHNAME', 'pklimit_renew'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.pklimit_renew(pg_catalog.text, pg_catalog.uuid, pg_catalog.interval) IS
+'Extends the live lease token of key to end no sooner than lease from now (NULL: the length it was acquired with); true if it was live, false for a token that is not a live lease of the key.';
+
+CREATE FUNCTION @extschema@.pklimit_leases(key pg_catalog.text,
+	OUT token pg_catalog.uuid, OUT acquired_at pg_catalog.timestamptz,
+	OUT expires_at pg_catalog.timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'pklimit_leases'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.pklimit_leases(pg_catalog.text) IS
+'The live leases of key under the session''s platformkit.tenant, oldest first, as last committed.';
+
 
 --@include replace_end.sql
 

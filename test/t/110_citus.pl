@@ -6,7 +6,8 @@
 # pg_cron, GCRA and the sliding window (exact answers from several nodes, on
 # one key and at once), the updates from 0.1.0 and 0.2.0 of a distributed
 # table, a reference table, policies (a reference table, changes seen on
-# every node), and the way to drop the extension.  Not run (never passed) where the citus
+# every node), leases (colocated with the counts, exact from every node at
+# once), and the way to drop the extension.  Not run (never passed) where the citus
 # extension is not installed: see docs/citus.md.
 use strict;
 use warnings;
@@ -16,6 +17,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IPC::Run;
+use List::Util qw(sum);
 use PklimitTest;
 
 my $sharedir = `pg_config --sharedir`;
@@ -737,5 +739,50 @@ my ($pol_out) = $pol_apps[1]->query($pol_check);
 like($pol_apps[1]->{stderr}, qr/policy "api" does not exist/, 'a dropped policy: the next call is an error')
   or diag($pol_out);
 $_->quit for @pol_apps;
+
+# --- leases on Citus (docs/leases.md): platformkit_leases distributed by key
+# with platformkit_limits, so a key's leases live on its key's node; acquires
+# made on every node at once never give more than max_concurrent, and a
+# lease taken on one node is seen, renewed and released on another
+my ($lease_rc, $lease_out, $lease_err) = $workers[0]->psql('pol', q{SELECT pklimit_acquire('early', 2, '1 hour')});
+like($lease_err, qr/"platformkit_leases" is not distributed like "platformkit_limits"/,
+	'a lease before platformkit_leases is distributed: an error, not leases per node');
+$coord->safe_psql('pol', q{
+	SELECT create_distributed_table('platformkit_leases', 'key', colocate_with => 'platformkit_limits')});
+is($coord->safe_psql('pol', q{
+	SELECT count(DISTINCT colocationid) FROM pg_dist_partition
+	 WHERE logicalrelid IN ('platformkit_limits'::regclass, 'platformkit_leases'::regclass)}),
+	'1', 'the leases are colocated with the counts');
+$workers[0]->safe_psql('pol', q{
+	SELECT pklimit_acquire('lease-' || i, 2, '1 hour') FROM generate_series(1, 12) i});
+is($coord->safe_psql('pol', q{
+	SELECT count(*) || ' ' || count(*) FILTER (WHERE n.nodeport = (pklimit_node(substr(l.key, 3))).node_port)
+	  FROM platformkit_leases l
+	  JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('platformkit_leases', l.key)
+	  JOIN pg_dist_node n ON n.groupid = p.groupid
+	 WHERE l.key LIKE 'g:lease-%'}), '12 12', "each key's leases on the node that holds its key");
+$_->safe_psql('pol', 'CREATE TABLE granted (token uuid)') for @nodes;
+$pgbench_db = 'pol';
+my @lease_runs = map { start_pgbench($_, 'acquire', q{
+INSERT INTO granted SELECT t FROM pklimit_acquire('hot', 3, '1 hour') t WHERE t IS NOT NULL;
+}, '-c', '3', '-t', '40') } @nodes;
+for my $run (@lease_runs)
+{
+	my ($lrc, undef, $lerr) = $run->();
+	is($lrc, 0, 'pgbench acquiring on a node ran') or diag($lerr);
+}
+is(sum(map { $_->safe_psql('pol', 'SELECT count(*) FROM granted') } @nodes), 3,
+	'360 acquires from three nodes at once: exactly max_concurrent (3) granted');
+is($workers[1]->safe_psql('pol', q{SELECT count(*) FROM pklimit_leases('hot')}), '3',
+	'and held, as any node sees them');
+my $token = $workers[0]->safe_psql('pol', q{SELECT pklimit_acquire('moving', 1, '1 hour')});
+is($coord->safe_psql('pol', qq{SELECT string_agg(token::text, ',') FROM pklimit_leases('moving')}),
+	$token, 'a lease taken on a worker node shows on the coordinator');
+is($workers[1]->safe_psql('pol', qq{SELECT pklimit_renew('moving', '$token', '2 hours')}), 't',
+	'is renewed on the other worker node');
+is($coord->safe_psql('pol', qq{SELECT pklimit_release('moving', '$token')}), 't',
+	'and released on the coordinator');
+is($workers[0]->safe_psql('pol', qq{SELECT pklimit_release('moving', '$token')}), 'f',
+	'once');
 
 done_testing();
