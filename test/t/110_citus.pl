@@ -775,6 +775,12 @@ is(sum(map { $_->safe_psql('pol', 'SELECT count(*) FROM granted') } @nodes), 3,
 	'360 acquires from three nodes at once: exactly max_concurrent (3) granted');
 is($workers[1]->safe_psql('pol', q{SELECT count(*) FROM pklimit_leases('hot')}), '3',
 	'and held, as any node sees them');
+is($workers[0]->safe_psql('pol', q{SELECT count(*) FROM pklimit_leases('hot')},
+		extra_params => [ '-U', 'pol_app' ]),
+	'3', 'also to a role that is neither superuser nor BYPASSRLS');
+is($workers[0]->safe_psql('pol', q{SET platformkit.tenant = 'acme'; SELECT count(*) FROM pklimit_leases('hot')},
+		extra_params => [ '-U', 'pol_app' ]),
+	'0', "but not to another tenant's session");
 my $token = $workers[0]->safe_psql('pol', q{SELECT pklimit_acquire('moving', 1, '1 hour')});
 is($coord->safe_psql('pol', qq{SELECT string_agg(token::text, ',') FROM pklimit_leases('moving')}),
 	$token, 'a lease taken on a worker node shows on the coordinator');
