@@ -70,8 +70,7 @@ pklimit_lease_acquire(PklimitLeaseRow *row, int64 max_concurrent,
 	memset(result, 0, sizeof(*result));
 	result->event_at = now;
 	drop_expired(row, now);
-	if (row->n < max_concurrent && row->n < PKLIMIT_LEASES_MAX &&
-		find_token(row, token) < 0)
+	if (row->n < max_concurrent && row->n < PKLIMIT_LEASES_MAX)
 	{
 		PklimitLease *l = &row->leases[row->n++];
 
