@@ -8,10 +8,11 @@
 # never installed), and replays its failed logins through pklimit_allow from
 # two concurrent psql sessions standing in for two application replicas.  Then
 # a credential-stuffing burst on three accounts, a correct password
-# (pklimit_forget), login transactions that roll back but still count, and
-# a ban that outlasts its window (block).  It checks every answer and exits
-# non-zero if pklimit let through more or fewer attempts than the limit
-# allows.
+# (pklimit_forget), login transactions that roll back but still count, a
+# ban that outlasts its window (block), a per-request API limit in memory,
+# and at most 2 exports at once per tenant (leases).  It checks every answer
+# and exits non-zero if pklimit let through more or fewer attempts than the
+# limit allows.
 
 # shellcheck source=../scripts/common.sh
 source "$(dirname "$0")/../scripts/common.sh"
@@ -261,6 +262,36 @@ echo "6. a per-request API limit from replicas A and B at once: pklimit_allow('a
 echo "   1000 requests: $api_allowed allowed, pklimit_count = $api_count, the row written behind: count = $api_row; decided in memory: $api_memory"
 echo "   (the other $((1000 - api_memory)) were applied durably by the worker, as a memory call is while its key is not in memory yet; then the worker read the key in)"
 
+# 7. A concurrency limit (docs/leases.md): at most 2 exports at once per
+#    tenant.  Replicas A and B try to start 3 exports each for tenant acme at
+#    once: exactly 2 get a lease.  One export finishes and releases its
+#    lease, and the next one starts; the tenant is full again, and another
+#    tenant is not held up.  An export that crashes never releases its lease
+#    (5 seconds): its slot frees itself when the lease ends.
+acme() { q -c "SET platformkit.tenant = 'acme'" "$@"; }
+for replica in A B; do
+	{
+		echo "SET platformkit.tenant = 'acme';"
+		yes "SELECT pklimit_acquire('export', 2, '1 minute');" | head -3
+	} | q >"$WORKDIR/export.$replica" &
+done
+wait
+exports_granted=$(cat "$WORKDIR"/export.A "$WORKDIR"/export.B | grep -c . || true)
+first_export=$(cat "$WORKDIR"/export.A "$WORKDIR"/export.B | grep . | head -n 1)
+export_released=$(acme -c "SELECT pklimit_release('export', '$first_export')")
+export_next=$(acme -c "SELECT token IS NOT NULL FROM pklimit_acquire_check('export', 2, '5 seconds')")
+export_full=$(acme -c "SELECT concat_ws(',', token IS NULL, held, retry_after > '0') FROM pklimit_acquire_check('export', 2, '1 minute')")
+export_other=$(q -c "SET platformkit.tenant = 'globex'" -c "SELECT pklimit_acquire('export', 2, '1 minute') IS NOT NULL")
+export_freed=$(acme -c "DO \$\$ BEGIN
+	FOR i IN 1 .. 600 LOOP
+		EXIT WHEN (SELECT count(*) FROM pklimit_leases('export')) = 1;
+		PERFORM pg_sleep(0.05);
+	END LOOP; END \$\$;" -c "SELECT pklimit_acquire('export', 2, '1 minute') IS NOT NULL")
+echo
+echo "7. at most 2 exports at once per tenant, from replicas A and B at once: pklimit_acquire('export', 2, '1 minute') as tenant acme"
+echo "   6 tries: $exports_granted leases; one released: $export_released, the next started: $export_next; full again (refused, held, retry_after > 0): $export_full"
+echo "   tenant globex meanwhile: $export_other; a crashed export's 5-second lease ended by itself, and a new export started: $export_freed"
+
 # ---------------------------------------------------------------- check ----
 # For every key of phases 1 and 2: allowed = min(attempts, limit) and
 # pklimit_count = attempts.  Phase 3: forget said true, alice allowed with a
@@ -284,9 +315,11 @@ if [ "$bad" -eq 0 ] && [ "$after_ok" = t ] && [ "$forgot" = t ] &&
 	[ "$ban_first" = true,true,true,false ] && [ "$ban_after" = false ] && [ "$ban_count" = 0 ] &&
 	[ "$ban_minutes" = 60 ] && [ "$noban_first" = true,true,true,false ] && [ "$noban_after" = true ] &&
 	[ "$noban_count" = 1 ] && [ "$purge_error" = none ] &&
-	[ "$api_allowed" = 600 ] && [ "$api_count" = 1000 ] && [ "$api_row" = 1000 ]; then
-	echo "OK: for all $nkeys keys ($nattempts attempts from 2 concurrent replicas) allowed = min(attempts, limit) and pklimit_count = attempts; forget re-opened alice only; rolled-back attempts counted; the ban outlasted its window; the memory path kept the API limit exact and wrote it behind; pg_cron can run the purge"
+	[ "$api_allowed" = 600 ] && [ "$api_count" = 1000 ] && [ "$api_row" = 1000 ] &&
+	[ "$exports_granted" = 2 ] && [ "$export_released" = t ] && [ "$export_next" = t ] &&
+	[ "$export_full" = t,2,t ] && [ "$export_other" = t ] && [ "$export_freed" = t ]; then
+	echo "OK: for all $nkeys keys ($nattempts attempts from 2 concurrent replicas) allowed = min(attempts, limit) and pklimit_count = attempts; forget re-opened alice only; rolled-back attempts counted; the ban outlasted its window; the memory path kept the API limit exact and wrote it behind; at most 2 exports ran at once and a crashed one's lease ended by itself; pg_cron can run the purge"
 else
-	echo "FAILED: $bad of $nkeys keys broke allowed = min(attempts, limit) or pklimit_count = attempts; forget returned $forgot; alice allowed / bob refused after forget: $after_ok; dave after 3 rolled-back attempts: count $dave_count, fourth allowed $dave_fourth; ban: $ban; API limit on the memory path: $api_allowed allowed, count $api_count, row $api_row; purge job's connection error: $purge_error"
+	echo "FAILED: $bad of $nkeys keys broke allowed = min(attempts, limit) or pklimit_count = attempts; forget returned $forgot; alice allowed / bob refused after forget: $after_ok; dave after 3 rolled-back attempts: count $dave_count, fourth allowed $dave_fourth; ban: $ban; API limit on the memory path: $api_allowed allowed, count $api_count, row $api_row; exports: $exports_granted leases, release $export_released, next $export_next, full $export_full, other tenant $export_other, freed $export_freed; purge job's connection error: $purge_error"
 	exit 1
 fi
