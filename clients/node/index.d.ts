@@ -102,3 +102,61 @@ export declare function withTenant<T>(tenant: string | null | undefined, fn: () 
 
 /** The largest bigint, passed as max_count when `limit` is a function. */
 export declare const NO_LIMIT: string;
+
+/** What `concurrencyLimit` leaves on the request: the lease it acquired, or why none. */
+export interface PklimitLease {
+  /** The lease's token; `null` when refused. A token with `status` other than `'ok'` is no lease. */
+  token: string | null;
+  /** Live leases on the key after the acquire; `null` when the store could not be reached. */
+  held: number | null;
+  /** The key's `max_concurrent`. */
+  max: number;
+  /** `'ok'`, `'shadow'`, or why the store could not be reached (`'timeout'`, ...). */
+  status: string;
+}
+
+interface ConcurrencyCommon<Req> {
+  /** A pg.Pool (or a client with a query method). */
+  pool: { query: (...args: any[]) => Promise<any> };
+  /** The key whose leases count: a string, or a function of the request. */
+  key: string | ((req: Req) => string | Promise<string>);
+  /** The schema pklimit is installed in, if not on the search_path. */
+  schema?: string;
+  /** The request's tenant; by default the one `pklimitTenant` or `withTenant` set. */
+  tenant?: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
+  /** Milliseconds between renewals while the response runs; default a third of the lease. */
+  renewEvery?: number;
+  /** The refusal's status (default 429) and body. */
+  statusCode?: number;
+  message?: unknown;
+  /** Answers a refused request instead (the `Retry-After` header is set). */
+  handler?: (req: Req, res: any, next: (error?: unknown) => void, options: unknown) => void;
+  /** Where warnings go (a function, or an object with `warn`); default `console.warn`. */
+  logger?: ((message: string) => void) | { warn: (message: string) => void };
+  /** A store error lets the request through with a warning, instead of passing the error on. */
+  passOnStoreError?: boolean;
+}
+
+export interface ConcurrencyLimitOptions<Req = any> extends ConcurrencyCommon<Req> {
+  /** At most this many requests at once per key (0 to 1000). */
+  max: number;
+  /** The lease: milliseconds, or an interval string (`'15 minutes'`). */
+  lease: number | string;
+  policy?: never;
+}
+
+export interface ConcurrencyPolicyOptions<Req = any> extends ConcurrencyCommon<Req> {
+  /** A pklimit policy: its `max_count` is `max`, its `window` the lease. */
+  policy: string;
+  max?: never;
+  lease?: never;
+}
+
+/**
+ * Express middleware: at most `max` requests at once per key, with pklimit's leases. Acquires
+ * before the handler, answers 429 with `Retry-After` when none is free, renews while the
+ * response runs, and releases when it finishes or its connection closes. No queue of waiters.
+ */
+export declare function concurrencyLimit<Req = any>(
+  options: ConcurrencyLimitOptions<Req> | ConcurrencyPolicyOptions<Req>,
+): (req: Req, res: any, next: (error?: unknown) => void) => Promise<void>;

@@ -497,4 +497,137 @@ class PklimitStore {
   }
 }
 
-module.exports = { PklimitStore, pklimitTenant, withTenant, NO_LIMIT };
+// --- concurrencyLimit: at most max requests at once per key (pklimit's
+// leases, docs/leases.md).  A lease is acquired before the handler, renewed
+// while the response runs and released once, when the response finishes or
+// its connection closes, a handler that throws included.  No queue: a
+// request that finds none free is answered 429 with Retry-After.
+const LIMIT_OPTIONS = ['pool', 'key', 'max', 'lease', 'policy', 'schema', 'tenant', 'renewEvery',
+  'statusCode', 'message', 'handler', 'logger', 'passOnStoreError'];
+
+// A lease length as pklimit takes it: milliseconds, or an interval string.
+function leaseInterval(lease) {
+  if (typeof lease === 'number' && Number.isFinite(lease) && lease > 0) return `${Math.ceil(lease)} milliseconds`;
+  if (typeof lease === 'string' && lease.trim() !== '') return lease;
+  throw new TypeError(`concurrencyLimit: lease must be a number of milliseconds or an interval string, got ${String(lease)}`);
+}
+
+function concurrencyLimit(options = {}) {
+  for (const name of Object.keys(options)) {
+    if (!LIMIT_OPTIONS.includes(name)) {
+      throw new TypeError(`concurrencyLimit: unknown option ${name}; the options are ${LIMIT_OPTIONS.join(', ')}`);
+    }
+  }
+  const {
+    pool, key, max, lease, policy, schema, tenant, renewEvery,
+    statusCode = 429, message = 'Too many requests at once, please try again later.',
+    handler, logger, passOnStoreError = false,
+  } = options;
+  if (!pool || typeof pool.query !== 'function') {
+    throw new TypeError('concurrencyLimit: pool must be a pg.Pool (or a client with a query method)');
+  }
+  if (typeof key !== 'function' && typeof key !== 'string') {
+    throw new TypeError('concurrencyLimit: key must be a string or a function of the request');
+  }
+  if (policy !== undefined) {
+    if (typeof policy !== 'string' || policy === '' || Buffer.byteLength(policy) > POLICY_NAME_MAX) {
+      throw new TypeError(`concurrencyLimit: policy must be a pklimit policy's name, got ${String(policy)}`);
+    }
+    if (max !== undefined || lease !== undefined) {
+      throw new TypeError(`concurrencyLimit: max and lease cannot be given with policy: the policy '${policy}' decides them`);
+    }
+  } else if (!Number.isInteger(max) || max < 0 || max > 1000) {
+    throw new TypeError(`concurrencyLimit: max must be an integer from 0 to 1000, got ${String(max)}`);
+  }
+  const interval = policy === undefined ? leaseInterval(lease) : undefined;
+  // renew a third of the way through the lease (a policy's lease is read
+  // from the first acquire)
+  let renewMs = renewEvery ?? (typeof lease === 'number' ? lease / 3 : undefined);
+  if (renewMs !== undefined && !(Number.isFinite(renewMs) && renewMs > 0)) {
+    throw new TypeError(`concurrencyLimit: renewEvery must be a positive number of milliseconds, got ${String(renewEvery)}`);
+  }
+  if (tenant !== undefined && typeof tenant !== 'function') {
+    throw new TypeError('concurrencyLimit: tenant must be a function of the request');
+  }
+  const warn = toWarn(logger);
+  const s = schema === undefined || schema === null ? '' : quoteIdent(schema) + '.';
+  // as the store's statements: the tenant set for the statement alone, each
+  // parameter cast, no named statement
+  const tenantAndKey =
+    "(SELECT pg_catalog.set_config('platformkit.tenant', $1::text, true) AS tenant, $2::text AS key OFFSET 0) t";
+  // a policy's lease length is read back once acquired, to renew by it
+  const leaseMs = policy === undefined ? 'NULL' :
+    `(SELECT extract(epoch FROM l.expires_at - l.acquired_at) * 1000 FROM ${s}pklimit_leases(t.key) l` +
+    ' WHERE l.token = a.token)';
+  const acquire = 'SELECT a.token, a.held, a.max_concurrent, a.status,' +
+    ` ceil(extract(epoch FROM a.retry_after))::int AS retry_after, ${leaseMs} AS lease_ms` +
+    ` FROM ${tenantAndKey}, LATERAL ` +
+    (policy === undefined ? `${s}pklimit_acquire_check(t.key, $3::bigint, $4::interval) a`
+      : `${s}pklimit_acquire_check(t.key, $3::text) a`);
+  const renew = `SELECT ${s}pklimit_renew(t.key, $3::uuid) AS renewed FROM ${tenantAndKey}`;
+  const release = `SELECT ${s}pklimit_release(t.key, $3::uuid) AS released FROM ${tenantAndKey}`;
+
+  return async function concurrencyLimitMiddleware(req, res, next) {
+    let k;
+    let t;
+    let row;
+    try {
+      k = escapeKey(typeof key === 'function' ? await key(req) : key);
+      t = tenant !== undefined ? (await tenant(req)) ?? '' : currentTenant();
+      const params = policy === undefined ? [String(t), k, max, interval] : [String(t), k, policy];
+      row = (await pool.query(acquire, params)).rows[0];
+    } catch (error) {
+      if (passOnStoreError) {
+        warn(`concurrencyLimit: the lease could not be acquired, so the request goes on: ${error.message}`);
+        next();
+      } else {
+        next(error);
+      }
+      return;
+    }
+    req.pklimitLease = { token: row.token, held: row.held === null ? null : toCount(row.held),
+      max: toCount(row.max_concurrent), status: row.status };
+    if (row.token === null) {
+      if (row.retry_after !== null) res.set('Retry-After', String(Math.max(1, row.retry_after)));
+      if (handler) {
+        handler(req, res, next, options);
+        return;
+      }
+      res.status(statusCode).send(message);
+      return;
+    }
+    // a token with another status is no lease (shadow mode, or the store
+    // unreachable and pklimit.on_unavailable = allow): nothing to renew or
+    // release
+    if (row.status !== 'ok') {
+      next();
+      return;
+    }
+    const every = renewMs ?? (row.lease_ms !== null ? Number(row.lease_ms) / 3 : undefined);
+    let released = false;
+    let timer;
+    const params = [String(t), k, row.token];
+    if (every !== undefined) {
+      timer = setInterval(() => {
+        pool.query(renew, params).then((r) => {
+          if (r.rows[0].renewed === false && !released) {
+            warn(`concurrencyLimit: the lease on '${k}' ended before the response did; it is no longer counted`);
+          }
+        }, (error) => warn(`concurrencyLimit: the lease on '${k}' could not be renewed: ${error.message}`));
+      }, every);
+      timer.unref();
+    }
+    const done = () => {
+      if (released) return;
+      released = true;
+      if (timer !== undefined) clearInterval(timer);
+      pool.query(release, params).catch((error) =>
+        warn(`concurrencyLimit: the lease on '${k}' could not be released (it ends by itself): ${error.message}`));
+    };
+    res.once('finish', done);
+    res.once('close', done);
+    next();
+  };
+}
+
+module.exports = { PklimitStore, pklimitTenant, withTenant, concurrencyLimit, NO_LIMIT };

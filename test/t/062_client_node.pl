@@ -2,8 +2,10 @@
 # own test suite (node --test) runs express-rate-limit's real middleware in
 # Express apps against a pklimit node, on the durable and the memory path
 # (durable: false), with stores that name a policy, and through pgbouncer in
-# transaction mode (one server connection), and type-checks index.d.ts with
-# tsc; each of its tests is one assertion here.
+# transaction mode (one server connection), runs its concurrencyLimit
+# middleware (pklimit's leases) in Express apps, a client that disconnects
+# mid-request and a handler that throws included, and type-checks
+# index.d.ts with tsc; each of its tests is one assertion here.
 # npm ci installs express, express-rate-limit, pg and typescript from the
 # committed lockfile into a writable copy under the node's basedir (the test
 # runs as an unprivileged user from a copy of the tree).  A missing node, npm
@@ -29,8 +31,8 @@ BAIL_OUT('clients/node not found next to test/') unless $package;
 # The Node tests, by file and number: every one must report, none may skip.
 my @files = qw(test/store.test.js test/memory.test.js test/unavailable.test.js test/pgbouncer.test.js
   test/takeback.test.js test/anchor.test.js test/install.test.js test/keys.test.js test/policy.test.js
-  test/types.test.js test/esm.test.mjs);
-my $expected_tests = 57;
+  test/types.test.js test/esm.test.mjs test/concurrency.test.js);
+my $expected_tests = 64;
 
 need('node', 'node', '--version') or BAIL_OUT('node is missing');
 need('npm', 'npm', '--version') or BAIL_OUT('npm is missing');

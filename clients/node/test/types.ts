@@ -3,7 +3,7 @@
 import express from 'express';
 import { rateLimit, type Store } from 'express-rate-limit';
 import pg from 'pg';
-import { PklimitStore, pklimitTenant, withTenant, NO_LIMIT, type Anchor } from 'rate-limit-pklimit';
+import { PklimitStore, pklimitTenant, withTenant, concurrencyLimit, NO_LIMIT, type Anchor, type PklimitLease } from 'rate-limit-pklimit';
 
 const pool = new pg.Pool();
 const store = new PklimitStore({
@@ -27,8 +27,20 @@ const anchor: Anchor = new PklimitStore({ pool }).anchor;
 const prefix: string = new PklimitStore({ pool }).prefix;
 const largest: string = NO_LIMIT;
 
+// at most 2 exports at once per tenant, a lease of 15 minutes; or a policy's
+app.post('/exports', concurrencyLimit({ pool, key: (req: express.Request) => `export:${req.get('x-tenant')}`, max: 2, lease: 15 * 60_000 }));
+app.post('/reports', concurrencyLimit({ pool, key: 'reports', policy: 'reports', renewEvery: 60_000, passOnStoreError: true }));
+app.post('/jobs', concurrencyLimit({ pool, key: 'jobs', max: 1, lease: '1 hour', statusCode: 503, logger: console }));
+const leaseSeen = (lease: PklimitLease): string | null => lease.token;
+
 // @ts-expect-error the pool is required
 new PklimitStore({ prefix: 'api' });
+// @ts-expect-error a policy decides max and lease
+concurrencyLimit({ pool, key: 'k', policy: 'p', max: 2 });
+// @ts-expect-error max and lease are needed without a policy
+concurrencyLimit({ pool, key: 'k', max: 2 });
+// @ts-expect-error the key is a string or a function
+concurrencyLimit({ pool, key: 42, max: 2, lease: 1000 });
 // @ts-expect-error an anchor pklimit does not have
 new PklimitStore({ pool, anchor: 'midnight' });
 // @ts-expect-error an algorithm pklimit does not have
@@ -46,4 +58,4 @@ new PklimitStore({ pool, policy: 42 });
 // @ts-expect-error the prefix is the store's own
 new PklimitStore({ pool }).prefix = 'x';
 
-export { reset, anchor, prefix, largest, policy };
+export { reset, anchor, prefix, largest, policy, leaseSeen };
