@@ -29,10 +29,12 @@
  */
 #include "postgres.h"
 
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "memory.h"
+#include "settings.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -406,6 +408,27 @@ failed_outcome(PklimitEntry **entries, int n, const ErrorData *edata,
 }
 
 /*
+ * A transaction that holds a lease call commits durably, whatever
+ * pklimit.asynchronous_commit says: a lease lost at a crash while its
+ * holder runs would let one more in (docs/leases.md).  On Citus the nodes
+ * get the same (pklimit_set_node_settings).
+ */
+static void
+leases_commit_durably(PklimitEntry **entries, int n)
+{
+	if (!pklimit_asynchronous_commit)
+		return;
+	for (int j = 0; j < n; j++)
+		if (pklimit_op_is_lease(entries[j]->request.kind))
+		{
+			(void) set_config_option("synchronous_commit", "on", PGC_SUSET,
+									 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0,
+									 false);
+			return;
+		}
+}
+
+/*
  * Apply the n entries in one transaction and answer each.  Otherwise every
  * answer says why, and on APPLY_LOCKED the entries that met the locked row
  * are marked (met_lock).  If probe_table, a table locked by another
@@ -430,6 +453,7 @@ apply_in_transaction(PklimitEntry **entries, int n, bool probe_table,
 	PG_TRY();
 	{
 		pklimit_begin_transaction("pklimit: applying queued requests");
+		leases_commit_durably(entries, n);
 		if (probe_table && !pklimit_table_free(entries[0]->request.nspid))
 			outcome = APPLY_TABLE_LOCKED;
 		if (outcome == APPLY_COMMITTED &&

@@ -116,7 +116,8 @@ pklimit_set_node_settings(const PklimitSession *session)
 #ifdef PKLIMIT_HAS_TRANSACTION_TIMEOUT
 		"SET LOCAL transaction_timeout = 0",
 #endif
-		pklimit_asynchronous_commit ?
+		/* the transaction's own: durable for a lease call (apply.c) */
+		synchronous_commit == SYNCHRONOUS_COMMIT_OFF ?
 		"SET LOCAL synchronous_commit = off" :
 		"SET LOCAL synchronous_commit = on",
 		"SET LOCAL transaction_read_only = off",

@@ -540,9 +540,9 @@ function concurrencyLimit(options = {}) {
     throw new TypeError(`concurrencyLimit: max must be an integer from 0 to 1000, got ${String(max)}`);
   }
   const interval = policy === undefined ? leaseInterval(lease) : undefined;
-  // renew a third of the way through the lease (a policy's lease is read
-  // from the first acquire)
-  let renewMs = renewEvery ?? (typeof lease === 'number' ? lease / 3 : undefined);
+  // renew a third of the way through the lease (its length is read from
+  // the acquire), or every renewEvery
+  const renewMs = renewEvery;
   if (renewMs !== undefined && !(Number.isFinite(renewMs) && renewMs > 0)) {
     throw new TypeError(`concurrencyLimit: renewEvery must be a positive number of milliseconds, got ${String(renewEvery)}`);
   }
@@ -555,8 +555,8 @@ function concurrencyLimit(options = {}) {
   // parameter cast, no named statement
   const tenantAndKey =
     "(SELECT pg_catalog.set_config('platformkit.tenant', $1::text, true) AS tenant, $2::text AS key OFFSET 0) t";
-  // a policy's lease length is read back once acquired, to renew by it
-  const leaseMs = policy === undefined ? 'NULL' :
+  // the lease's length, to renew by (a policy's read back once acquired)
+  const leaseMs = policy === undefined ? 'extract(epoch FROM $4::interval) * 1000' :
     `(SELECT extract(epoch FROM l.expires_at - l.acquired_at) * 1000 FROM ${s}pklimit_leases(t.key) l` +
     ' WHERE l.token = a.token)';
   const acquire = 'SELECT a.token, a.held, a.max_concurrent, a.status,' +
@@ -597,13 +597,11 @@ function concurrencyLimit(options = {}) {
       return;
     }
     // a token with another status is no lease (shadow mode, or the store
-    // unreachable and pklimit.on_unavailable = allow): nothing to renew or
-    // release
-    if (row.status !== 'ok') {
-      next();
-      return;
-    }
-    const every = renewMs ?? (row.lease_ms !== null ? Number(row.lease_ms) / 3 : undefined);
+    // unreachable and pklimit.on_unavailable = allow): nothing to renew, but
+    // it is released all the same, since an acquire whose answer came too
+    // late may still have granted it
+    const every = row.status !== 'ok' ? undefined :
+      renewMs ?? (row.lease_ms !== null ? Number(row.lease_ms) / 3 : undefined);
     let released = false;
     let timer;
     const params = [String(t), k, row.token];

@@ -2,8 +2,8 @@
 # waiting for its commit's flush, nor for a synchronous standby.  With a
 # synchronous standby required that never answers (proved in force first),
 # calls are still answered at once, so the option is in force; every event
-# acknowledged so survives a clean restart; a reload turns the option off and
-# the worker waits again.  What a crash may lose with it on is not tested: a
+# acknowledged so survives a clean restart; a lease call waits all the same;
+# a reload turns the option off and the worker waits again.  What a crash may lose with it on is not tested: a
 # test cannot make that loss happen on demand, and the crash tests (020) run
 # with it off.
 use strict;
@@ -54,6 +54,14 @@ is($err, '', 'with no warning');
 	  . " SELECT count(*) FROM generate_series(1, 50) i, LATERAL pklimit_check_all(ARRAY['async-a' || left(i::text, 0), 'async-b'],"
 	  . " ARRAY[100, 100], ARRAY['36500 days', '36500 days']::interval[]) c WHERE c.status = 'ok'");
 is($out, '100', 'and every call on several keys');
+
+# --- but a lease call commits durably all the same (a lease lost at a crash
+# would let one more holder in): it waits for the standby
+is($node->safe_psql('postgres',
+	"SET pklimit.timeout = '500ms'; SELECT status FROM pklimit_acquire_check('async-lease', 1, '1 hour')"),
+	'timeout', 'a lease call does not commit asynchronously: it waits for the standby');
+is($node->safe_psql('postgres', "SELECT wait_event FROM pg_stat_activity WHERE backend_type = 'pklimit worker'"),
+	'SyncRep', 'the worker is in the SyncRep wait');
 
 # --- what was acknowledged survives a clean restart
 $node->restart;    # fast: the shutdown checkpoint flushes what was acknowledged

@@ -3,8 +3,8 @@
 // max handlers run at once per key, from two app instances; a refusal is 429
 // with Retry-After; the lease is released when the response finishes, when
 // the client goes away mid-request and when the handler throws; a long
-// response keeps its lease by renewing it; a token that is no lease is
-// neither renewed nor released.
+// response keeps its lease by renewing it; a token that is no lease is not
+// renewed.
 
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -128,7 +128,7 @@ test('a long response renews its lease, which outlives its first length', async 
   await until(async () => (await held(key)) === 0, 'released at the end');
 });
 
-test('shadow mode: a token that is no lease lets the request through and is not released', async () => {
+test('shadow mode: a token that is no lease lets the request through, and is not renewed', async () => {
   const key = unique('shadow');
   const g = gate();
   g.open();

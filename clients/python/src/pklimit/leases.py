@@ -159,8 +159,11 @@ class Lease:
         return bool(row[0])
 
     def release(self) -> bool:
-        """Free the lease; False if it had ended or was released already."""
-        if not self.is_lease:
+        """Free the lease; False if it had ended, was released already or
+        was no lease.  A token that is no lease is released all the same:
+        an acquire applied after the call stopped waiting for it may have
+        granted it."""
+        if self.token is None:
             return False
         token, self.token = self.token, None
         row = self._run(sql.SQL("SELECT {}(%s::text, %s::uuid)").format(
