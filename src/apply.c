@@ -408,10 +408,12 @@ failed_outcome(PklimitEntry **entries, int n, const ErrorData *edata,
 }
 
 /*
- * A transaction that holds a lease call commits durably, whatever
+ * A transaction that holds a lease call is flushed at its commit, whatever
  * pklimit.asynchronous_commit says: a lease lost at a crash while its
- * holder runs would let one more in (docs/leases.md).  On Citus the nodes
- * get the same (pklimit_set_node_settings).
+ * holder runs would let one more in (docs/leases.md).  It does not wait for
+ * a synchronous standby (that is the setting's other half: a standby that
+ * does not answer must not hold up the database's calls).  On Citus the
+ * nodes get the same (pklimit_set_node_settings).
  */
 static void
 leases_commit_durably(PklimitEntry **entries, int n)
@@ -421,7 +423,7 @@ leases_commit_durably(PklimitEntry **entries, int n)
 	for (int j = 0; j < n; j++)
 		if (pklimit_op_is_lease(entries[j]->request.kind))
 		{
-			(void) set_config_option("synchronous_commit", "on", PGC_SUSET,
+			(void) set_config_option("synchronous_commit", "local", PGC_SUSET,
 									 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0,
 									 false);
 			return;

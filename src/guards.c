@@ -47,6 +47,7 @@
 
 #include "compat.h"
 #include "guards.h"
+#include "lease.h"
 
 /*
  * The privileges nobody but the owner may hold on pklimit's table: they let
@@ -115,7 +116,7 @@ pklimit_extension_namespace(void)
  * pklimit's tables that only its statements write, as their row level
  * security says: the counts and the leases.
  */
-static const char *const guarded_tables[] = {"platformkit_limits", "platformkit_leases"};
+static const char *const guarded_tables[] = {"platformkit_limits", PKLIMIT_LEASE_TABLE};
 
 /* The OID of pklimit's table relname in the current database, or InvalidOid. */
 static Oid

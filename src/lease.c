@@ -29,7 +29,6 @@
 #include "stats.h"
 #include "store.h"
 
-#define LEASE_TABLE "platformkit_leases"
 #define ACQUIRE_CHECK_COLUMNS 5
 
 /* Drop the leases that ended by now. */
@@ -54,11 +53,43 @@ find_token(const PklimitLeaseRow *row, const pg_uuid_t *token)
 	return -1;
 }
 
+static int
+compare_timestamps(const void *a, const void *b)
+{
+	TimestampTz x = *(const TimestampTz *) a;
+	TimestampTz y = *(const TimestampTz *) b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * When a refused call would be granted, if no lease were released, renewed
+ * or taken meanwhile: once all but max_concurrent - 1 of the live leases
+ * have ended; 0 for never (max_concurrent 0).
+ */
+static TimestampTz
+granted_at(const PklimitLeaseRow *row, int64 max_concurrent)
+{
+	TimestampTz *ends;
+	TimestampTz at;
+
+	if (max_concurrent <= 0 || row->n < max_concurrent)
+		return 0;
+	ends = palloc(sizeof(TimestampTz) * row->n);
+	for (int i = 0; i < row->n; i++)
+		ends[i] = row->leases[i].expires_at;
+	qsort(ends, row->n, sizeof(TimestampTz), compare_timestamps);
+	at = ends[row->n - max_concurrent];
+	pfree(ends);
+	return at;
+}
+
 /*
  * Take a lease of lease_usec with token if fewer than max_concurrent are
  * live at now.  The result: allowed (granted), count (live leases after),
- * reset_at (the new lease's end) or retry_at (refused: when the oldest live
- * lease ends; 0 if none will).  Returns whether the row changed.
+ * reset_at (the new lease's end) or retry_at (refused: when enough live
+ * leases end for it to be granted; 0 for never).  Returns whether the row
+ * changed.
  */
 bool
 pklimit_lease_acquire(PklimitLeaseRow *row, int64 max_concurrent,
@@ -84,9 +115,7 @@ pklimit_lease_acquire(PklimitLeaseRow *row, int64 max_concurrent,
 		result->count = row->n;
 		return true;
 	}
-	for (int i = 0; i < row->n; i++)
-		if (result->retry_at == 0 || row->leases[i].expires_at < result->retry_at)
-			result->retry_at = row->leases[i].expires_at;
+	result->retry_at = granted_at(row, max_concurrent);
 	result->count = row->n;
 	return row->n != before;
 }
@@ -454,7 +483,7 @@ pklimit_leases(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *stored_key = key_arg(fcinfo);
 	Oid			nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
-	Oid			relid = get_relname_relid(LEASE_TABLE, nspid);
+	Oid			relid = get_relname_relid(PKLIMIT_LEASE_TABLE, nspid);
 	Oid			argtypes[2] = {TEXTOID, TIMESTAMPTZOID};
 	Datum		args[2];
 	PklimitAsOwner owner;
@@ -464,7 +493,7 @@ pklimit_leases(PG_FUNCTION_ARGS)
 	if (!OidIsValid(relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("pklimit table \"%s\" does not exist", LEASE_TABLE),
+				 errmsg("pklimit table \"%s\" does not exist", PKLIMIT_LEASE_TABLE),
 				 errhint("Update pklimit: ALTER EXTENSION pklimit UPDATE.")));
 	InitMaterializedSRF(fcinfo, 0);
 	args[0] = CStringGetTextDatum(stored_key);
@@ -481,7 +510,7 @@ pklimit_leases(PG_FUNCTION_ARGS)
 								" AND u.expires_at OPERATOR(pg_catalog.>) $2"
 								" ORDER BY u.acquired_at, u.token",
 								quote_identifier(get_namespace_name(nspid)),
-								LEASE_TABLE),
+								PKLIMIT_LEASE_TABLE),
 					   2, argtypes);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));

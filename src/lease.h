@@ -22,6 +22,9 @@
  */
 #define PKLIMIT_LEASES_MAX 1000
 
+/* The table of the leases, in the schema of pklimit's functions. */
+#define PKLIMIT_LEASE_TABLE "platformkit_leases"
+
 /* One lease. */
 typedef struct PklimitLease
 {

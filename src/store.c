@@ -271,7 +271,6 @@ typedef enum StatementId
  * (a ctid names a row only within one shard on Citus) the rows whose last
  * lease ended before its cutoff, and only while still so.
  */
-#define LEASE_TABLE "platformkit_leases"
 #define LEASE_READ_SQL \
 	"SELECT l.tokens, l.acquired_at, l.expires_at, l.leases, l.max_concurrent" \
 	" FROM %1$s l WHERE l.key OPERATOR(pg_catalog.=) $1 FOR UPDATE OF l"
@@ -352,13 +351,13 @@ static Statement statements[NUM_VERSIONS][NUM_STATEMENTS] = {
 		[STMT_FLUSH_IF_SYNCED] = {FLUSH_IF_SYNCED_SQL, 12, FLUSH_IF_SYNCED_ARGS, false},
 		[STMT_READ_MANY] = {READ_MANY_SQL, 1, {TEXTARRAYOID}, false, NULL,
 		CURSOR_OPT_CUSTOM_PLAN},
-		[STMT_LEASE_READ] = {LEASE_READ_SQL, 1, {TEXTOID},.relname = LEASE_TABLE},
-		[STMT_LEASE_WRITE] = {LEASE_WRITE_SQL, 8, LEASE_ARGS,.relname = LEASE_TABLE},
-		[STMT_LEASE_CREATE] = {LEASE_CREATE_SQL, 8, LEASE_ARGS,.relname = LEASE_TABLE},
+		[STMT_LEASE_READ] = {LEASE_READ_SQL, 1, {TEXTOID},.relname = PKLIMIT_LEASE_TABLE},
+		[STMT_LEASE_WRITE] = {LEASE_WRITE_SQL, 8, LEASE_ARGS,.relname = PKLIMIT_LEASE_TABLE},
+		[STMT_LEASE_CREATE] = {LEASE_CREATE_SQL, 8, LEASE_ARGS,.relname = PKLIMIT_LEASE_TABLE},
 		[STMT_LEASE_DELETE] = {"DELETE FROM %1$s l WHERE l.key OPERATOR(pg_catalog.=) $1",
-		1, {TEXTOID},.relname = LEASE_TABLE},
+		1, {TEXTOID},.relname = PKLIMIT_LEASE_TABLE},
 		[STMT_LEASE_PURGE] = {LEASE_PURGE_SQL, 2, {TIMESTAMPTZOID, INT8OID},
-		.relname = LEASE_TABLE},
+		.relname = PKLIMIT_LEASE_TABLE},
 	},
 };
 

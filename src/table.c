@@ -34,6 +34,7 @@
 #include "utils/syscache.h"
 
 #include "compat.h"
+#include "lease.h"
 #include "store.h"
 
 /*
@@ -114,14 +115,14 @@ own_table(Oid nspid, const char *relname, Oid *checked)
  * them: pklimit does not truncate.  relhastriggers can stay set after the
  * last trigger is dropped, so the relation has the word.
  */
-static void
+static bool
 refuse_triggers(Oid relid, const char *relname, bool has_triggers,
-				bool has_rules)
+				bool has_rules, bool raise)
 {
 	Relation	rel;
 
 	if (!has_triggers && !has_rules)
-		return;
+		return true;
 	rel = table_open(relid, AccessShareLock);
 	has_triggers = false;
 	for (int i = 0; rel->trigdesc && i < rel->trigdesc->numtriggers; i++)
@@ -130,6 +131,8 @@ refuse_triggers(Oid relid, const char *relname, bool has_triggers,
 						  TRIGGER_TYPE_UPDATE)) != 0;
 	has_rules = (rel->rd_rules != NULL);
 	table_close(rel, AccessShareLock);
+	if ((has_triggers || has_rules) && !raise)
+		return false;
 	if (has_triggers || has_rules)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -137,20 +140,21 @@ refuse_triggers(Oid relid, const char *relname, bool has_triggers,
 						relname, has_triggers ? "triggers" : "rules"),
 				 errdetail("Triggers, foreign keys referencing the table and rules would run with the table owner's privileges."),
 				 errhint("Drop them; pklimit's table must have none.")));
+	return true;
 }
 
 /*
  * The leases table (platformkit_leases) of table's schema, checked as
  * pklimit_table_open() checks platformkit_limits, for a statement on it,
  * and on Citus distributed too.  If there is none that is the extension's
- * own (a database at 0.3.0): InvalidOid if missing_ok (the purge), else an
- * error.
+ * own (a database at 0.3.0), or it fails a check: InvalidOid if missing_ok
+ * (the purge, whose counts go on without it), else an error.
  */
 Oid
 pklimit_table_leases(const PklimitTable *table, bool missing_ok)
 {
 	static Oid	checked_relid = InvalidOid;
-	Oid			relid = own_table(table->nspid, "platformkit_leases",
+	Oid			relid = own_table(table->nspid, PKLIMIT_LEASE_TABLE,
 								  &checked_relid);
 	HeapTuple	tuple;
 	bool		has_triggers;
@@ -168,13 +172,21 @@ pklimit_table_leases(const PklimitTable *table, bool missing_ok)
 		elog(ERROR, "cache lookup failed for relation %u", relid);
 	has_triggers = ((Form_pg_class) GETSTRUCT(tuple))->relhastriggers;
 	has_rules = ((Form_pg_class) GETSTRUCT(tuple))->relhasrules;
+	if (((Form_pg_class) GETSTRUCT(tuple))->relowner != table->owner &&
+		missing_ok)
+	{
+		ReleaseSysCache(tuple);
+		return InvalidOid;
+	}
 	if (((Form_pg_class) GETSTRUCT(tuple))->relowner != table->owner)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pklimit refuses to write table \"platformkit_leases\" owned by another role than \"platformkit_limits\""),
 				 errhint("Give both tables to the same role with ALTER TABLE ... OWNER TO.")));
 	ReleaseSysCache(tuple);
-	refuse_triggers(relid, "platformkit_leases", has_triggers, has_rules);
+	if (!refuse_triggers(relid, PKLIMIT_LEASE_TABLE, has_triggers, has_rules,
+						 !missing_ok))
+		return InvalidOid;
 
 	/*
 	 * Kept on each node alone, a key's leases would be counted per node (the
@@ -218,7 +230,8 @@ pklimit_table_open(Oid nspid, bool on_citus, PklimitTable *table)
 		 get_attnum(relid, "expires_at") != InvalidAttrNumber) ? 3 :
 		(get_attnum(relid, "blocked_until") != InvalidAttrNumber) ? 2 : 1;
 
-	refuse_triggers(relid, "platformkit_limits", has_triggers, has_rules);
+	(void) refuse_triggers(relid, "platformkit_limits", has_triggers, has_rules,
+						   true);
 
 	/* Citus takes a table in under this lock, so the answer is current */
 	if (on_citus)

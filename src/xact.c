@@ -116,9 +116,11 @@ pklimit_set_node_settings(const PklimitSession *session)
 #ifdef PKLIMIT_HAS_TRANSACTION_TIMEOUT
 		"SET LOCAL transaction_timeout = 0",
 #endif
-		/* the transaction's own: durable for a lease call (apply.c) */
+		/* the transaction's own: flushed for a lease call (apply.c) */
 		synchronous_commit == SYNCHRONOUS_COMMIT_OFF ?
 		"SET LOCAL synchronous_commit = off" :
+		synchronous_commit == SYNCHRONOUS_COMMIT_LOCAL_FLUSH ?
+		"SET LOCAL synchronous_commit = local" :
 		"SET LOCAL synchronous_commit = on",
 		"SET LOCAL transaction_read_only = off",
 	};

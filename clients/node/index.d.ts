@@ -126,11 +126,12 @@ interface ConcurrencyCommon<Req> {
   tenant?: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
   /** Milliseconds between renewals while the response runs; default a third of the lease. */
   renewEvery?: number;
-  /** The refusal's status (default 429) and body. */
+  /** The refusal's status (default 429). */
   statusCode?: number;
-  message?: unknown;
+  /** The refusal's body, or a function of the request that makes it (as express-rate-limit's). */
+  message?: unknown | ((req: Req, res: any) => unknown | Promise<unknown>);
   /** Answers a refused request instead (the `Retry-After` header is set). */
-  handler?: (req: Req, res: any, next: (error?: unknown) => void, options: unknown) => void;
+  handler?: (req: Req, res: any, next: (error?: unknown) => void, options: unknown) => void | Promise<void>;
   /** Where warnings go (a function, or an object with `warn`); default `console.warn`. */
   logger?: ((message: string) => void) | { warn: (message: string) => void };
   /** A store error lets the request through with a warning, instead of passing the error on. */

@@ -564,10 +564,29 @@ function concurrencyLimit(options = {}) {
     ` FROM ${tenantAndKey}, LATERAL ` +
     (policy === undefined ? `${s}pklimit_acquire_check(t.key, $3::bigint, $4::interval) a`
       : `${s}pklimit_acquire_check(t.key, $3::text) a`);
-  const renew = `SELECT ${s}pklimit_renew(t.key, $3::uuid) AS renewed FROM ${tenantAndKey}`;
-  const release = `SELECT ${s}pklimit_release(t.key, $3::uuid) AS released FROM ${tenantAndKey}`;
+  const renewSql = `SELECT ${s}pklimit_renew(t.key, $3::uuid) AS renewed FROM ${tenantAndKey}`;
+  const releaseSql = `SELECT ${s}pklimit_release(t.key, $3::uuid) AS released FROM ${tenantAndKey}`;
+
+  // The refusal, as express-rate-limit answers one: statusCode, and the
+  // message (or what a function of the request makes of it).
+  const refuse = async (req, res) => {
+    res.status(statusCode);
+    const body = typeof message === 'function' ? await message(req, res) : message;
+    if (!res.writableEnded) res.send(body);
+  };
 
   return async function concurrencyLimitMiddleware(req, res, next) {
+    // Listened for from the start: a client gone while the acquire was
+    // under way has its lease released as soon as the acquire answers.
+    let ended = false;
+    let release;
+    const end = () => {
+      if (ended) return;
+      ended = true;
+      if (release !== undefined) release();
+    };
+    res.once('finish', end);
+    res.once('close', end);
     let k;
     let t;
     let row;
@@ -587,13 +606,14 @@ function concurrencyLimit(options = {}) {
     }
     req.pklimitLease = { token: row.token, held: row.held === null ? null : toCount(row.held),
       max: toCount(row.max_concurrent), status: row.status };
+    if (row.status !== 'ok' && row.status !== 'shadow') {
+      warn(`concurrencyLimit: store unavailable (${row.status}) for the lease on '${k}':` +
+        ` pklimit.on_unavailable answered ${row.token === null ? 'deny' : 'allow'}`);
+    }
     if (row.token === null) {
+      if (ended) return;
       if (row.retry_after !== null) res.set('Retry-After', String(Math.max(1, row.retry_after)));
-      if (handler) {
-        handler(req, res, next, options);
-        return;
-      }
-      res.status(statusCode).send(message);
+      await (handler ?? refuse)(req, res, next, options);
       return;
     }
     // a token with another status is no lease (shadow mode, or the store
@@ -602,28 +622,32 @@ function concurrencyLimit(options = {}) {
     // late may still have granted it
     const every = row.status !== 'ok' ? undefined :
       renewMs ?? (row.lease_ms !== null ? Number(row.lease_ms) / 3 : undefined);
-    let released = false;
-    let timer;
     const params = [String(t), k, row.token];
-    if (every !== undefined) {
-      timer = setInterval(() => {
-        pool.query(renew, params).then((r) => {
-          if (r.rows[0].renewed === false && !released) {
-            warn(`concurrencyLimit: the lease on '${k}' ended before the response did; it is no longer counted`);
-          }
-        }, (error) => warn(`concurrencyLimit: the lease on '${k}' could not be renewed: ${error.message}`));
-      }, every);
-      timer.unref();
-    }
-    const done = () => {
-      if (released) return;
-      released = true;
+    let timer;
+    // called once: by end(), or here if the response ended first
+    release = () => {
       if (timer !== undefined) clearInterval(timer);
-      pool.query(release, params).catch((error) =>
+      pool.query(releaseSql, params).catch((error) =>
         warn(`concurrencyLimit: the lease on '${k}' could not be released (it ends by itself): ${error.message}`));
     };
-    res.once('finish', done);
-    res.once('close', done);
+    if (ended) {
+      release();
+      return;
+    }
+    if (every !== undefined) {
+      // (setInterval takes at most 2^31 - 1 ms)
+      timer = setInterval(() => {
+        pool.query(renewSql, params).then((r) => {
+          if (ended) return;
+          if (r.rows[0].renewed === false) {
+            warn(`concurrencyLimit: the lease on '${k}' ended before the response did; it is no longer counted`);
+          } else if (r.rows[0].renewed === null) {
+            warn(`concurrencyLimit: the lease on '${k}' could not be renewed: the store was unavailable`);
+          }
+        }, (error) => warn(`concurrencyLimit: the lease on '${k}' could not be renewed: ${error.message}`));
+      }, Math.min(Math.max(every, 1), 2 ** 31 - 1));
+      timer.unref();
+    }
     next();
   };
 }

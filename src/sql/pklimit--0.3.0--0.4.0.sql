@@ -26,11 +26,11 @@ SELECT pg_catalog.set_config('pklimit_update.replaced',
 		'pklimit_forget=@extschema@.pklimit_forget(pg_catalog.text);'
 		'pklimit_decrement=@extschema@.pklimit_decrement(pg_catalog.text, pg_catalog.int8, pg_catalog.bool);'
 		'pklimit_policy_stats=@extschema@.pklimit_stats();'
-		'pklimit_acquire=@extschema@.pklimit_count(pg_catalog.text);'
-		'pklimit_acquire_check=@extschema@.pklimit_count(pg_catalog.text);'
-		'pklimit_release=@extschema@.pklimit_count(pg_catalog.text);'
-		'pklimit_renew=@extschema@.pklimit_count(pg_catalog.text);'
-		'pklimit_leases=@extschema@.pklimit_count(pg_catalog.text)',
+		'pklimit_acquire=@extschema@.pklimit_allow(pg_catalog.text);'
+		'pklimit_acquire_check=@extschema@.pklimit_allow(pg_catalog.text);'
+		'pklimit_release=@extschema@.pklimit_forget(pg_catalog.text);'
+		'pklimit_renew=@extschema@.pklimit_forget(pg_catalog.text);'
+		'pklimit_leases=@extschema@.pklimit_forget(pg_catalog.text)',
 		true);
 
 --@include replace_begin.sql
@@ -501,6 +501,17 @@ COMMENT ON COLUMN @extschema@.platformkit_leases.max_concurrent IS
 'The last acquire''s max_concurrent.';
 COMMENT ON COLUMN @extschema@.platformkit_leases.held_until IS
 'The latest expires_at: the key holds no live lease from then on, and pklimit_purge measures retention from it.';
+
+-- pklimit's statements on both tables run as one role, the owner of
+-- platformkit_limits, whoever runs this update.
+DO $owner$
+BEGIN
+	EXECUTE pg_catalog.format('ALTER TABLE @extschema@.platformkit_leases OWNER TO %I',
+		(SELECT r.rolname FROM pg_catalog.pg_class c
+		   JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner
+		  WHERE c.oid OPERATOR(pg_catalog.=) '@extschema@.platformkit_limits'::pg_catalog.regclass));
+END
+$owner$;
 
 ALTER TABLE @extschema@.platformkit_leases ENABLE ROW LEVEL SECURITY;
 ALTER TABLE @extschema@.platformkit_leases FORCE ROW LEVEL SECURITY;

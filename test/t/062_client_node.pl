@@ -32,7 +32,7 @@ BAIL_OUT('clients/node not found next to test/') unless $package;
 my @files = qw(test/store.test.js test/memory.test.js test/unavailable.test.js test/pgbouncer.test.js
   test/takeback.test.js test/anchor.test.js test/install.test.js test/keys.test.js test/policy.test.js
   test/types.test.js test/esm.test.mjs test/concurrency.test.js);
-my $expected_tests = 64;
+my $expected_tests = 69;
 
 need('node', 'node', '--version') or BAIL_OUT('node is missing');
 need('npm', 'npm', '--version') or BAIL_OUT('npm is missing');

@@ -31,6 +31,10 @@ const largest: string = NO_LIMIT;
 app.post('/exports', concurrencyLimit({ pool, key: (req: express.Request) => `export:${req.get('x-tenant')}`, max: 2, lease: 15 * 60_000 }));
 app.post('/reports', concurrencyLimit({ pool, key: 'reports', policy: 'reports', renewEvery: 60_000, passOnStoreError: true }));
 app.post('/jobs', concurrencyLimit({ pool, key: 'jobs', max: 1, lease: '1 hour', statusCode: 503, logger: console }));
+app.post('/imports', concurrencyLimit({ pool, key: 'imports', max: 1, lease: 60_000,
+  message: async (req: express.Request) => ({ busy: req.path }) }));
+app.post('/uploads', concurrencyLimit({ pool, key: 'uploads', max: 4, lease: 60_000,
+  handler: async (req: express.Request, res: express.Response) => { res.status(503).end(); } }));
 const leaseSeen = (lease: PklimitLease): string | null => lease.token;
 
 // @ts-expect-error the pool is required

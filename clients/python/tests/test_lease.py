@@ -123,6 +123,25 @@ class Leases(unittest.TestCase):
             self.assertFalse(lease.release(), "released once already")
         self.assertEqual(held(key), 0)
 
+    def test_a_failed_transaction_leaves_the_connection_usable(self):
+        key = unique("failed")
+        with psycopg.connect(libpq(URI)) as conn:
+            with self.assertLogs("pklimit.lease", "WARNING"):
+                with self.assertRaises(psycopg.errors.DivisionByZero):
+                    with pklimit.lease(conn, key, 1, "1 hour"):
+                        conn.execute("SELECT 1/0")
+            conn.rollback()
+            self.assertEqual(conn.execute("SELECT 1").fetchone(), (1,), "the connection works again")
+        self.assertEqual(held(key), 1, "the lease could not be released there: it ends by itself")
+        (released,), = sql("SELECT bool_and(pklimit_release(%s, token)) FROM pklimit_leases(%s)", (key, key))
+        self.assertTrue(released)
+
+    def test_keys_stored_as_the_node_client_stores_them(self):
+        tag = unique("off")    # unique() differs at each call: made once
+        with pklimit.lease(self.pool, "50%\x00" + tag, 1, "1 minute"):
+            (stored,), = sql("SELECT key FROM platformkit_leases WHERE strpos(key, %s) > 0", (tag,))
+            self.assertEqual(stored, "g:50%25%00" + tag)
+
     def test_tenant_and_policy(self):
         key = unique("tenanted")
         policy = unique("exports")
@@ -138,6 +157,31 @@ class Leases(unittest.TestCase):
                 self.assertEqual((b.held, b.max_concurrent), (2, 2))
                 self.assertEqual((held(key, "acme"), held(key, "bigco"), held(key)), (1, 2, 0))
         self.assertEqual((held(key, "acme"), held(key, "bigco")), (0, 0))
+
+    def test_a_lease_is_held_once_at_a_time(self):
+        key = unique("twice")
+        shared = pklimit.lease(self.pool, key, 2, "1 minute")
+        with shared:
+            with self.assertRaises(RuntimeError):
+                with shared:
+                    self.fail("not entered twice")
+            self.assertEqual(held(key), 1, "the first lease kept, and no second one")
+        self.assertEqual(held(key), 0, "released on leaving")
+        with shared:
+            self.assertEqual(held(key), 1, "entered again once released")
+
+    def test_the_tenant_using_tenant_set(self):
+        from pklimit.limits import using_tenant
+
+        key = unique("context-tenant")
+        with using_tenant("acme"):
+            with pklimit.lease(self.pool, key, 1, "1 minute") as a:
+                self.assertEqual((held(key, "acme"), held(key)), (1, 0))
+                with pklimit.lease(self.pool, key, 1, "1 minute", tenant="") as untenanted:
+                    self.assertEqual(untenanted.held, 1, "tenant='' is no tenant")
+                    self.assertEqual(held(key), 1)
+            self.assertIsNone(a.token)
+        self.assertEqual((held(key, "acme"), held(key)), (0, 0), "each released in its own tenant")
 
     def test_arguments_are_checked(self):
         with self.assertRaises(ValueError):

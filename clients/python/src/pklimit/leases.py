@@ -19,9 +19,13 @@ calls :meth:`Lease.renew` as it goes, say every third of the lease.
 import datetime
 import functools
 import logging
+import sys
 from typing import Any, Callable, Optional, TypeVar, Union
 
+import psycopg
 from psycopg import sql
+
+from .keys import escape_key
 
 __all__ = ["lease", "Lease", "LeaseRefused"]
 
@@ -34,16 +38,34 @@ Length = Union[str, float, int, datetime.timedelta]
 class LeaseRefused(Exception):
     """No lease was free: ``held`` of ``max_concurrent`` are live on the key,
     and the oldest ends in ``retry_after`` seconds (None: none will, as
-    ``max_concurrent`` is 0)."""
+    ``max_concurrent`` is 0).  ``status`` is "ok"; otherwise the store was
+    unavailable and ``pklimit.on_unavailable = deny`` refused the lease
+    (``held`` and ``retry_after`` are None)."""
 
     def __init__(self, key: str, held: Optional[int], max_concurrent: int,
-                 retry_after: Optional[float]):
+                 retry_after: Optional[float], status: str = "ok"):
         self.key = key
         self.held = held
         self.max_concurrent = max_concurrent
         self.retry_after = retry_after
-        wait = "" if retry_after is None else f"; retry after {retry_after:.3f} s"
-        super().__init__(f"no lease free on {key!r}: {held} of {max_concurrent} held{wait}")
+        self.status = status
+        if status != "ok":
+            message = f"no lease on {key!r}: the store was unavailable ({status}) and pklimit.on_unavailable is deny"
+        else:
+            wait = "" if retry_after is None else f"; retry after {retry_after:.3f} s"
+            message = f"no lease free on {key!r}: {held} of {max_concurrent} held{wait}"
+        super().__init__(message)
+
+
+def _context_tenant() -> str:
+    """The tenant pklimit.limits.using_tenant (or set_tenant) set for this
+    context, '' for none (the session's then).  Read only where that module is loaded: if it is
+    not, nothing can have set one."""
+    limits_module = sys.modules.get(__package__ + ".limits")
+    if limits_module is None:
+        return ""
+    value: str = limits_module.tenant.get()
+    return value
 
 
 def _length(value: Length) -> Any:
@@ -89,10 +111,12 @@ class Lease:
             raise ValueError(f"key must be a non-empty string, got {key!r}")
         self._conn = conn
         self.key = key
+        self._stored = escape_key(key)
         self._max = max_concurrent
         self._policy = policy
         self._schema = schema
         self._tenant = tenant
+        self._call_tenant: Optional[str] = None
         self.token: Optional[str] = None
         self.held: Optional[int] = None
         self.max_concurrent: Optional[int] = max_concurrent
@@ -111,10 +135,17 @@ class Lease:
         """One statement in a transaction of its own (or a savepoint), the
         tenant set for it alone; its single row."""
         def run(conn: Any) -> Any:
+            if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                # nothing runs in a failed transaction: the lease ends by
+                # itself (use a pool or an autocommit connection)
+                raise psycopg.errors.InFailedSqlTransaction(
+                    f"the connection's transaction failed: the lease on {self.key!r} cannot be"
+                    " released on it, and ends by itself; give pklimit.lease a pool or an"
+                    " autocommit connection")
             with conn.transaction():
-                if self._tenant is not None:
+                if self._call_tenant is not None:
                     conn.execute("SELECT pg_catalog.set_config('platformkit.tenant', %s::text, true)",
-                                 (self._tenant,))
+                                 (self._call_tenant,))
                 return conn.execute(query, params).fetchone()
         if hasattr(self._conn, "connection") and not hasattr(self._conn, "execute"):
             with self._conn.connection() as conn:
@@ -123,13 +154,19 @@ class Lease:
 
     def acquire(self) -> "Lease":
         """Take the lease, or raise :class:`LeaseRefused`."""
+        if self.token is not None:
+            # a second token in the same object would lose the first one's release
+            raise RuntimeError(f"this lease on {self.key!r} is held already: make one pklimit.lease(...)"
+                               " per holder (a decorated function takes one per call)")
+        # the tenant is fixed at the acquire, for the release and renewals too
+        self._call_tenant = self._tenant if self._tenant is not None else _context_tenant() or None
         if self._policy is None:
             call = sql.SQL("{}(%s::text, %s::bigint, %s::interval)").format(
                 self._function("pklimit_acquire_check"))
-            params: tuple = (self.key, self._max, self._lease)
+            params: tuple = (self._stored, self._max, self._lease)
         else:
             call = sql.SQL("{}(%s::text, %s::text)").format(self._function("pklimit_acquire_check"))
-            params = (self.key, self._policy)
+            params = (self._stored, self._policy)
         row = self._run(sql.SQL(
             "SELECT a.token::text, a.held, a.max_concurrent,"
             " extract(epoch FROM a.retry_after)::float8, a.status FROM {} a").format(call), params)
@@ -137,8 +174,11 @@ class Lease:
         self.held = held
         self.max_concurrent = max_concurrent
         self.status = status
+        if status not in ("ok", "shadow"):
+            log.warning("pklimit: store unavailable (%s) for the lease on %r: pklimit.on_unavailable answered %s",
+                        status, self.key, "deny" if token is None else "allow")
         if token is None:
-            raise LeaseRefused(self.key, held, max_concurrent, retry_after)
+            raise LeaseRefused(self.key, held, max_concurrent, retry_after, status)
         self.token = token
         return self
 
@@ -155,7 +195,7 @@ class Lease:
             return False
         row = self._run(sql.SQL("SELECT {}(%s::text, %s::uuid, %s::interval)").format(
             self._function("pklimit_renew")),
-            (self.key, self.token, None if lease is None else _length(lease)))
+            (self._stored, self.token, None if lease is None else _length(lease)))
         return bool(row[0])
 
     def release(self) -> bool:
@@ -167,7 +207,7 @@ class Lease:
             return False
         token, self.token = self.token, None
         row = self._run(sql.SQL("SELECT {}(%s::text, %s::uuid)").format(
-            self._function("pklimit_release")), (self.key, token))
+            self._function("pklimit_release")), (self._stored, token))
         return bool(row[0])
 
     def __enter__(self) -> "Lease":
@@ -197,6 +237,7 @@ def lease(conn: Any, key: str, max_concurrent: Optional[int] = None, lease: Opti
     each live for ``lease`` (an interval string such as ``"15 minutes"``, a
     timedelta, or seconds) unless released or renewed; or, with ``policy``,
     the policy's ``max_count`` and ``window``.  ``tenant`` sets
-    ``platformkit.tenant`` for its statements (None: the session's).  Use it
-    with ``with`` or as a decorator."""
+    ``platformkit.tenant`` for its statements (None: the tenant
+    ``pklimit.limits.using_tenant`` set, else the session's).  Use it with
+    ``with`` or as a decorator."""
     return Lease(conn, key, max_concurrent, lease, policy=policy, schema=schema, tenant=tenant)

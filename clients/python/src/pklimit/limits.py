@@ -40,6 +40,8 @@ from limits import errors as limits_errors
 from limits.errors import ConfigurationError
 from limits.storage import Storage
 
+from .keys import escape_key as _escape_key
+
 try:  # limits 4.1 and later
     from limits.storage.base import SlidingWindowCounterSupport, TimestampedSlidingWindow
 
@@ -93,19 +95,6 @@ OBJECT_OPTIONS = ("tenant", "pool", "wrap_exceptions")
 # takes (row_factory, cursor_factory and context would change the rows it
 # reads: refused as unknown).  autocommit must stay true.
 CONNECT_KEYWORDS = ("autocommit", "prepare_threshold")
-
-# What the database cannot store in a key, or would not keep apart: NUL,
-# and surrogates (not encodable in UTF-8).  Escaped with '%' ('%00',
-# '%uD800', and '%' itself as '%25'), as rate-limit-pklimit escapes them.
-_KEY_ESCAPES = re.compile("[%\x00\ud800-\udfff]")
-
-
-def _escape_key(key: str) -> str:
-    """The key as stored: every other key as it is."""
-    def escape(match: "re.Match[str]") -> str:
-        c = match.group(0)
-        return "%25" if c == "%" else "%00" if c == "\x00" else "%%u%04X" % ord(c)
-    return _KEY_ESCAPES.sub(escape, key)
 
 # The spellings of the "durable" option given as a string (as in the URI),
 # in any case; any other value is refused.
