@@ -74,3 +74,17 @@ most() { echo "$1" | tr ' ' '\n' | grep . | sort -n | tail -n 1; }
 least() { echo "$1" | tr ' ' '\n' | grep . | sort -n | head -n 1; }
 total() { echo "$1" | tr ' ' '\n' | grep . | awk '{ s += $1 } END { print s }'; }
 range() { echo "$1" | tr ' ' '\n' | grep . | sort -n | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s-%s", lo, hi }'; }
+
+# pgb SCRIPT MODE: "transactions_per_s cpu_us_per_transaction" of one run of
+# $B/SCRIPT.sql, $CLIENTS clients for $DURATION s, with pgbench -M MODE, on
+# the cluster of $WORKDIR; a run that makes no call ends the benchmark.
+pgb() {
+	local out ticks0 before data=$WORKDIR/data
+	before=$(server_children "$data")
+	ticks0=$(server_ticks "$data")
+	out=$(pgbench_run "$PKLIMIT_DB" -M "$2" -c "$CLIENTS" -j 2 -T "$DURATION" -f "$B/$1.sql")
+	sessions_gone "$data" "$before"
+	[ "$(pgbench_calls "$out")" -gt 0 ] || { echo "bench: no call made by $1" >&2; exit 1; }
+	printf '%.0f %s\n' "$(pgbench_tps "$out")" \
+		"$(cpu_per_call $(($(server_ticks "$data") - ticks0)) "$(pgbench_calls "$out")")"
+}

@@ -50,17 +50,6 @@ for ks in hot 100000; do
 done
 chown -R $RUN_AS "$B"
 
-# pgb SCRIPT MODE: "calls_per_s cpu_us_per_call" of one pgbench run
-pgb() {
-	local out ticks0 before data=$WORKDIR/data
-	before=$(server_children "$data")
-	ticks0=$(server_ticks "$data")
-	out=$(pgbench_run "$PKLIMIT_DB" -M "$2" -c "$CLIENTS" -j 2 -T "$DURATION" -f "$B/$1.sql")
-	sessions_gone "$data" "$before"
-	[ "$(pgbench_calls "$out")" -gt 0 ] || { echo "bench: no call made by $1" >&2; exit 1; }
-	printf '%.0f %s\n' "$(pgbench_tps "$out")" \
-		"$(cpu_per_call $(($(server_ticks "$data") - ticks0)) "$(pgbench_calls "$out")")"
-}
 
 ratio() { echo "scale=2; $1 / $2" | bc -l; }
 echo "pklimit policies: $(nproc) cores, PostgreSQL $(q -c 'SHOW server_version' | cut -d' ' -f1), $CLIENTS clients, $DURATION s x $ROUNDS rounds, medians"
